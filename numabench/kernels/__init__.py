@@ -1,0 +1,1 @@
+"""Compiled kernels (csrc/) and how they are built; torch is imported lazily."""
