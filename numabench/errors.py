@@ -1,0 +1,30 @@
+"""Error types. Every message names the bad value and what is allowed."""
+from __future__ import annotations
+
+
+class NumabenchError(Exception):
+    """Base class for errors this package raises on purpose."""
+
+
+class UsageError(NumabenchError, ValueError):
+    """A bad value from the user: a policy string, an option, a size."""
+
+
+class PolicyError(UsageError):
+    """A policy string that does not parse or does not fit the machine."""
+
+
+class PlacementError(NumabenchError):
+    """Pages did not land where the policy promised."""
+
+
+class WorkerError(NumabenchError):
+    """A benchmark worker died, raised, or stopped answering."""
+
+    def __init__(self, message: str, rank: int | None = None, stderr_tail: str = "") -> None:
+        self.rank = rank
+        self.stderr_tail = stderr_tail
+        text = message if rank is None else f"rank {rank}: {message}"
+        if stderr_tail:
+            text += "\n--- worker stderr (last lines) ---\n" + stderr_tail
+        super().__init__(text)

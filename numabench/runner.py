@@ -1,0 +1,119 @@
+"""Run one case: set weights, launch a worker per rank, check placement, time rounds.
+
+Returns numbers only; pytest glue decides what becomes a benchmark entry.
+Per round, each phase's value is the max over ranks (the slowest rank bounds
+a data-parallel step), as the seed benchmark does.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from .capabilities import Capabilities
+from .cases import Case, Family, Rank
+from .errors import PlacementError
+from .launch import build_command, worker_env
+from .placement import PlacementReport, Verdict, compare
+from .topology import Topology
+from .weights import WeightSetting
+
+SLOWDOWN_ENV = "NUMABENCH_INJECT_SLOWDOWN"
+
+
+def injected_slowdown() -> float:
+    """Fault injection for testing the regression gate: multiply every measured
+    duration by this factor (env NUMABENCH_INJECT_SLOWDOWN, default 1)."""
+    text = os.environ.get(SLOWDOWN_ENV, "")
+    if not text:
+        return 1.0
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = 0.0
+    if factor <= 0:
+        raise ValueError(f"{SLOWDOWN_ENV}={text!r}: allowed a positive number such as 1.5")
+    return factor
+
+
+@dataclass
+class RankPlacement:
+    rank: int
+    policy: str
+    report: PlacementReport
+    verdict: Verdict | None  # None: the policy promises nothing (default, unbound)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"rank": self.rank, "policy": self.policy, **self.report.to_dict()}
+        if self.verdict:
+            d.update(ok=self.verdict.ok, deviation_pp=round(self.verdict.deviation_pp, 3),
+                     message=self.verdict.message)
+        return d
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    phases: dict[str, list[float]]  # seconds per round, max over ranks
+    per_rank: list[dict[str, list[float]]]
+    setup_info: list[dict[str, Any]]
+    placement: list[RankPlacement]
+    launcher: str
+    commands: list[list[str]]
+    slowdown: float = 1.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def median(self, phase: str) -> float:
+        return statistics.median(self.phases[phase])
+
+
+def run_case(case: Case, family: Family, topology: Topology, caps: Capabilities, *, rounds: int,
+             warmup: int, launcher: str = "auto", timeout_s: float = 600.0, tolerance_pp: float = 2.0,
+             spec_extra: dict[str, Any] | None = None) -> CaseResult:
+    ranks: list[Rank] = family.ranks(case, topology)
+    slowdown = injected_slowdown()
+    commands, specs, resolved = [], [], []
+    how = "none"
+    for r in ranks:
+        policy = case.policy.resolve(topology, r.own_node)
+        resolved.append(policy)
+        argv = [sys.executable, "-m", "numabench.workers.main", family.key]
+        if policy.kind == "default" and r.cpu_node is None:
+            cmd, how_r = argv, "none"
+        else:
+            cmd, how_r = build_command(argv, policy, topology, caps, cpu_node=r.cpu_node, launcher=launcher)
+        how = how_r if how in ("none", how_r) else "mixed"
+        commands.append(cmd)
+        specs.append({"rank": r.index, "nprocess": case.nprocess, "gpu": r.gpu, "numel": case.numel_per_rank,
+                      "dtype": case.dtype, "itemsize": case.itemsize, "policy": str(policy),
+                      "params": dict(case.extra), **(spec_extra or {})})
+    weights = WeightSetting(case.policy.weight_map) if case.policy.kind == "weighted" else contextlib.nullcontext()
+    from .workers.group import WorkerGroup
+
+    with weights, WorkerGroup(commands, worker_env(), timeout_s=timeout_s) as group:
+        infos = group.setup(specs)
+        placements = []
+        for r, policy, info in zip(ranks, resolved, infos):
+            report = PlacementReport.from_dict(info["placement"])
+            expected = policy.expectation(cpu_node=r.cpu_node)
+            verdict = compare(report, expected, tolerance_pp) if expected else None
+            placements.append(RankPlacement(r.index, str(policy), report, verdict))
+        bad = [p for p in placements if p.verdict and not p.verdict.ok]
+        if bad:
+            raise PlacementError("; ".join(f"rank {p.rank} under {p.policy}: {p.verdict.message}" for p in bad))
+        for _ in range(warmup):
+            group.step()
+        per_rank: list[dict[str, list[float]]] = [dict() for _ in ranks]
+        phases: dict[str, list[float]] = {}
+        for _ in range(rounds):
+            times = group.step()
+            for i, t in enumerate(times):
+                for ph, v in t.items():
+                    per_rank[i].setdefault(ph, []).append(v * slowdown)
+            for ph in times[0]:
+                phases.setdefault(ph, []).append(max(t[ph] for t in times) * slowdown)
+    return CaseResult(case=case, phases=phases, per_rank=per_rank, setup_info=infos, placement=placements,
+                      launcher=how, commands=commands, slowdown=slowdown)

@@ -1,0 +1,175 @@
+"""Parent side: start one worker per rank, drive them in lockstep, end them all.
+
+Each request goes to every rank before any reply is read, so ranks start each
+step together (the parent is the barrier). Replies are awaited with a deadline;
+a rank that dies, raises or stays silent fails the whole group with its rank
+and the tail of its stderr, and every worker is killed (its process group
+too) before the error propagates.
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import tempfile
+import time
+from typing import Any, Sequence
+
+from ..errors import WorkerError
+from .protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
+
+STDERR_TAIL_LINES = 30
+
+
+class WorkerGroup:
+    def __init__(self, commands: Sequence[Sequence[str]], env: dict[str, str] | Sequence[dict[str, str]],
+                 timeout_s: float = 300.0) -> None:
+        self.timeout_s = timeout_s
+        self.procs: list[subprocess.Popen] = []
+        self._stderr = []
+        self._buffers: list[bytes] = []
+        envs = [env] * len(commands) if isinstance(env, dict) else list(env)
+        try:
+            for cmd, e in zip(commands, envs):
+                err = tempfile.TemporaryFile()
+                self._stderr.append(err)
+                self.procs.append(subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                   stderr=err, env=e, start_new_session=True))
+                self._buffers.append(b"")
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> "WorkerGroup":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def stderr_tail(self, rank: int, lines: int = STDERR_TAIL_LINES) -> str:
+        f = self._stderr[rank]
+        f.flush()
+        f.seek(0)
+        text = f.read().decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        data = encode(msg)
+        for rank, p in enumerate(self.procs):
+            try:
+                assert p.stdin is not None
+                p.stdin.write(data)
+                p.stdin.flush()
+            except (BrokenPipeError, OSError):
+                self._fail(rank, f"exited with code {p.poll()} before it could take a request")
+
+    def _fail(self, rank: int, message: str) -> None:
+        tail = self.stderr_tail(rank)
+        self.close()
+        raise WorkerError(message, rank=rank, stderr_tail=tail)
+
+    def _receive(self, timeout_s: float) -> list[dict[str, Any]]:
+        replies: list[dict[str, Any] | None] = [None] * len(self.procs)
+        sel = selectors.DefaultSelector()
+        for rank, p in enumerate(self.procs):
+            assert p.stdout is not None
+            sel.register(p.stdout, selectors.EVENT_READ, rank)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while any(r is None for r in replies):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    rank = replies.index(None)
+                    self._fail(rank, f"gave no answer within {timeout_s:g} s")
+                for key, _ in sel.select(timeout=min(left, 1.0)):
+                    rank = key.data
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        code = self.procs[rank].wait(timeout=10)
+                        self._fail(rank, f"exited with code {code} ({_describe_exit(code)}) mid-request")
+                    self._buffers[rank] += chunk
+                    if b"\n" in self._buffers[rank]:
+                        line, _, rest = self._buffers[rank].partition(b"\n")
+                        self._buffers[rank] = rest
+                        reply = decode(line)
+                        if not reply.get("ok"):
+                            tb = reply.get("traceback", "")
+                            self._fail(rank, f"raised {reply.get('error')}" + (f"\n{tb}" if tb else ""))
+                        replies[rank] = reply
+                        sel.unregister(key.fileobj)
+                # A worker that died without closing stdout (its child holds it) is caught here.
+                for rank, p in enumerate(self.procs):
+                    if replies[rank] is None and p.poll() is not None and not self._buffers[rank]:
+                        self._fail(rank, f"exited with code {p.returncode} ({_describe_exit(p.returncode)})")
+        finally:
+            sel.close()
+        return replies  # type: ignore[return-value]
+
+    def request(self, msg: dict[str, Any], timeout_s: float | None = None) -> list[dict[str, Any]]:
+        self._send(msg)
+        return self._receive(timeout_s or self.timeout_s)
+
+    def setup(self, specs: Sequence[dict[str, Any]], timeout_s: float | None = None) -> list[dict[str, Any]]:
+        """Send each rank its own spec; returns each rank's setup info."""
+        for rank, (p, spec) in enumerate(zip(self.procs, specs)):
+            try:
+                assert p.stdin is not None
+                p.stdin.write(encode({"op": OP_SETUP, "spec": spec}))
+                p.stdin.flush()
+            except (BrokenPipeError, OSError):
+                self._fail(rank, f"exited with code {p.poll()} before setup")
+        return [r["info"] for r in self._receive(timeout_s or self.timeout_s)]
+
+    def step(self, timeout_s: float | None = None) -> list[dict[str, float]]:
+        return [r["times"] for r in self.request({"op": OP_STEP}, timeout_s)]
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """Ask politely, then kill each worker's whole process group."""
+        for p in self.procs:
+            if p.poll() is None and p.stdin is not None:
+                try:
+                    p.stdin.write(encode({"op": OP_EXIT}))
+                    p.stdin.close()
+                except OSError:
+                    pass
+        deadline = time.monotonic() + grace_s
+        for p in self.procs:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+            else:
+                try:  # grandchildren left behind in the worker's session
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            for stream in (p.stdin, p.stdout):
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
+        self.procs_closed = True
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return "error" if code else "normal exit"
