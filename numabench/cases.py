@@ -113,6 +113,8 @@ class Family:
     default_sizes: tuple[int, ...] = ()
     default_dtypes: tuple[str, ...] = ("fp32",)
     extra_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # extra axes one worker run covers (same placed memory, timed one after another)
+    worker_axes: tuple[str, ...] = ()
     # bytes of host memory per element per rank (for the fits-in-memory check)
     host_bytes_per_element: Callable[["Case"], float] = lambda case: case.itemsize
     device_bytes_per_element: Callable[["Case"], float] = lambda case: 0

@@ -73,6 +73,18 @@ class CaseResult:
 def run_case(case: Case, family: Family, topology: Topology, caps: Capabilities, *, rounds: int,
              warmup: int, launcher: str = "auto", timeout_s: float = 600.0, tolerance_pp: float = 2.0,
              spec_extra: dict[str, Any] | None = None) -> CaseResult:
+    """Run one case (one variant); see run_variants."""
+    return run_variants(case, [case.extra], family, topology, caps, rounds=rounds, warmup=warmup,
+                        launcher=launcher, timeout_s=timeout_s, tolerance_pp=tolerance_pp,
+                        spec_extra=spec_extra)[0]
+
+
+def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family: Family, topology: Topology,
+                 caps: Capabilities, *, rounds: int, warmup: int, launcher: str = "auto",
+                 timeout_s: float = 600.0, tolerance_pp: float = 2.0,
+                 spec_extra: dict[str, Any] | None = None) -> list[CaseResult]:
+    """Start the workers once for ``case`` and time each variant (values of the
+    family's worker axes, e.g. impl x schedule) on the same placed memory."""
     ranks: list[Rank] = family.ranks(case, topology)
     slowdown = injected_slowdown()
     commands, specs, resolved = [], [], []
@@ -89,10 +101,13 @@ def run_case(case: Case, family: Family, topology: Topology, caps: Capabilities,
         commands.append(cmd)
         specs.append({"rank": r.index, "nprocess": case.nprocess, "gpu": r.gpu, "numel": case.numel_per_rank,
                       "dtype": case.dtype, "itemsize": case.itemsize, "policy": str(policy),
-                      "params": dict(case.extra), **(spec_extra or {})})
+                      "cpu_node": r.cpu_node, "variants": [dict(v) for v in variants],
+                      "cpus": list(topology.node(r.cpu_node).cpus) if r.cpu_node is not None else None,
+                      **(spec_extra or {})})
     weights = WeightSetting(case.policy.weight_map) if case.policy.kind == "weighted" else contextlib.nullcontext()
     from .workers.group import WorkerGroup
 
+    results = []
     with weights, WorkerGroup(commands, worker_env(), timeout_s=timeout_s) as group:
         infos = group.setup(specs)
         placements = []
@@ -104,16 +119,21 @@ def run_case(case: Case, family: Family, topology: Topology, caps: Capabilities,
         bad = [p for p in placements if p.verdict and not p.verdict.ok]
         if bad:
             raise PlacementError("; ".join(f"rank {p.rank} under {p.policy}: {p.verdict.message}" for p in bad))
-        for _ in range(warmup):
-            group.step()
-        per_rank: list[dict[str, list[float]]] = [dict() for _ in ranks]
-        phases: dict[str, list[float]] = {}
-        for _ in range(rounds):
-            times = group.step()
-            for i, t in enumerate(times):
-                for ph, v in t.items():
-                    per_rank[i].setdefault(ph, []).append(v * slowdown)
-            for ph in times[0]:
-                phases.setdefault(ph, []).append(max(t[ph] for t in times) * slowdown)
-    return CaseResult(case=case, phases=phases, per_rank=per_rank, setup_info=infos, placement=placements,
-                      launcher=how, commands=commands, slowdown=slowdown)
+        for variant in variants:
+            payload = {"variant": dict(variant)}
+            for _ in range(warmup):
+                group.step(payload)
+            per_rank: list[dict[str, list[float]]] = [dict() for _ in ranks]
+            phases: dict[str, list[float]] = {}
+            for _ in range(rounds):
+                times = group.step(payload)
+                for i, t in enumerate(times):
+                    for ph, v in t.items():
+                        per_rank[i].setdefault(ph, []).append(v * slowdown)
+                for ph in times[0]:
+                    phases.setdefault(ph, []).append(max(t[ph] for t in times) * slowdown)
+            results.append(CaseResult(case=Case(case.family, case.nprocess, case.numel, case.policy, case.dtype,
+                                                variant),
+                                      phases=phases, per_rank=per_rank, setup_info=infos, placement=placements,
+                                      launcher=how, commands=commands, slowdown=slowdown))
+    return results

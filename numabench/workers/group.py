@@ -126,8 +126,9 @@ class WorkerGroup:
                 self._fail(rank, f"exited with code {p.poll()} before setup")
         return [r["info"] for r in self._receive(timeout_s or self.timeout_s)]
 
-    def step(self, timeout_s: float | None = None) -> list[dict[str, float]]:
-        return [r["times"] for r in self.request({"op": OP_STEP}, timeout_s)]
+    def step(self, payload: dict[str, Any] | None = None, timeout_s: float | None = None) -> list[dict[str, float]]:
+        """One lockstep round; ``payload`` (e.g. the variant) goes to every rank."""
+        return [r["times"] for r in self.request({"op": OP_STEP, **(payload or {})}, timeout_s)]
 
     def close(self, grace_s: float = 5.0) -> None:
         """Ask politely, then kill each worker's whole process group."""

@@ -2,7 +2,8 @@
 
 A family module provides ``Worker(spec)`` with ``setup() -> dict`` (allocate,
 place, touch, check correctness; returns info such as the placement report)
-and ``step() -> dict[str, float]`` (one timed round, seconds per phase), and
+and ``step(variant=...) -> dict[str, float]`` (one timed round, seconds per
+phase; ``variant`` holds the family's worker-axis values when it has any), and
 optionally ``close()``.
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ def main() -> int:
                 worker = module.Worker(msg["spec"])
                 reply = {"ok": True, "info": worker.setup()}
             elif op == OP_STEP:
-                reply = {"ok": True, "times": worker.step()}
+                reply = {"ok": True, "times": worker.step(**({"variant": msg["variant"]} if msg.get("variant") else {}))}
             elif op == OP_EXIT:
                 if worker is not None and hasattr(worker, "close"):
                     worker.close()

@@ -1,0 +1,198 @@
+"""Family ``adam_offload``, per rank: host-resident Adam state, GPU math.
+
+One step = H2D (param, grad, exp_avg, exp_avg_sq in) -> fused Adam on the GPU
+-> D2H (param, exp_avg, exp_avg_sq out), each phase bracketed by CUDA events on
+this rank's own stream; ``step`` is the first event to the last.
+
+Variants share the placed memory: ``impl`` (ours: csrc/fused_adam.cu; torch:
+aten::_fused_adam_, what torch.optim.Adam(fused=True) runs) and ``schedule``
+(serial: the three phases one after another; overlap: chunks pipelined over
+three streams so H2D of chunk i+1, compute of chunk i and D2H of chunk i-1 run
+at once).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from ..placement import numa_maps_report, pages_report
+from .hostmem import allocate
+
+LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
+DEFAULT_CHUNK_ELEMS = 8 * 2**20
+_STEP_TENSORS: dict = {}
+
+
+def torch_fused_step_(param, grad, exp_avg, exp_avg_sq, *, lr, beta1=0.9, beta2=0.999, eps=1e-8,
+                      weight_decay=0.0, step, adamw=False) -> None:
+    """torch's fused Adam kernel (what Adam(fused=True) launches), same signature as ours."""
+    import torch
+
+    # torch.optim increments state_steps in Python before the op; the op reads it.
+    step_t = _STEP_TENSORS.get(param.device)
+    if step_t is None:
+        step_t = _STEP_TENSORS[param.device] = torch.zeros((), device=param.device, dtype=torch.float32)
+    step_t.fill_(float(step))  # a kernel on the current stream, no host sync
+    op = torch._fused_adamw_ if adamw else torch._fused_adam_
+    op([param], [grad], [exp_avg], [exp_avg_sq], [], [step_t], lr=lr, beta1=beta1, beta2=beta2,
+       weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False)
+
+
+class Worker:
+    def __init__(self, spec: dict) -> None:
+        import torch
+
+        self.spec = spec
+        self.numel = int(spec["numel"])
+        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[spec["dtype"]]
+        self.device = torch.device("cuda", int(spec["gpu"]))
+        self.alloc = spec.get("alloc", "register")
+        self.chunk = int(os.environ.get("NUMABENCH_CHUNK_ELEMS", spec.get("chunk_elems", DEFAULT_CHUNK_ELEMS)))
+        self.step_no = 0
+
+    # -- setup -------------------------------------------------------------------
+    def setup(self) -> dict:
+        import torch
+
+        from ..kernels import cuda_adam
+
+        torch.cuda.set_device(self.device)
+        impls = {v.get("impl", "ours") for v in self.spec["variants"]}
+        self.impls = {}
+        # Correct before timed: each impl against float64 torch.optim.Adam on fresh random data.
+        errors = {}
+        for impl in sorted(impls):
+            fn = cuda_adam.adam_step_ if impl == "ours" else torch_fused_step_
+            errors[impl] = {a: cuda_adam.check_against_reference(self.device, self.dtype, 1 << 20 | 12345,
+                                                                   steps=3, adamw=a == "adamw", step_fn=fn)
+                            for a in ("adam", "adamw")}
+            self.impls[impl] = fn
+        names = ("param", "grad", "exp_avg", "exp_avg_sq")
+        self.host = {n: allocate(self.numel, self.dtype, self.alloc) for n in names}
+        self.dev = {n: torch.empty(self.numel, dtype=self.dtype, device=self.device) for n in names}
+        # Random, never zero: draw on the GPU (fast), copy into the placed host pages.
+        g = torch.Generator(device=self.device).manual_seed(1234 + int(self.spec["rank"]))
+        self.dev["param"].normal_(0, 1, generator=g)
+        self.dev["grad"].normal_(0, 1e-2, generator=g)
+        self.dev["exp_avg"].normal_(0, 1e-2, generator=g)
+        self.dev["exp_avg_sq"].uniform_(1e-6, 1e-4, generator=g)
+        for n in names:
+            self.host[n].tensor.copy_(self.dev[n])
+        torch.cuda.synchronize()
+        ranges = [(b.address, b.nbytes) for b in self.host.values()]
+        placement = pages_report(ranges)
+        self.streams = [torch.cuda.Stream(self.device) for _ in range(3)]
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        limits = self._copy_limits()
+        return {"placement": placement.to_dict(), "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
+                "bytes_h2d": 4 * self.numel * self.host["param"].tensor.element_size(),
+                "bytes_d2h": 3 * self.numel * self.host["param"].tensor.element_size(),
+                "max_rel_error": errors, "alloc": self.alloc, "chunk_elems": self.chunk,
+                "device_name": torch.cuda.get_device_name(self.device), **limits}
+
+    def _copy_limits(self) -> dict:
+        """Pinned H2D, D2H and device-to-device copy rates on this rank's buffers, same run."""
+        import torch
+
+        src_h, dst_d = self.host["grad"].tensor, self.dev["grad"]
+        spare = torch.empty_like(dst_d)
+        s = self.streams[0]
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        out = {}
+        for name, fn, nbytes in (
+            ("h2d", lambda: dst_d.copy_(src_h, non_blocking=True), src_h.nbytes),
+            ("d2h", lambda: src_h.copy_(dst_d, non_blocking=True), src_h.nbytes),
+            ("d2d", lambda: spare.copy_(dst_d), 2 * src_h.nbytes),  # read + write
+        ):
+            times = []
+            with torch.cuda.stream(s):
+                for i in range(8):
+                    e0.record(s)
+                    fn()
+                    e1.record(s)
+                    s.synchronize()
+                    if i >= 2:
+                        times.append(e0.elapsed_time(e1) / 1e3)
+            times.sort()
+            out[f"limit_{name}_GBps"] = nbytes / times[len(times) // 2] / 1e9
+        del spare
+        return out
+
+    # -- one timed step ------------------------------------------------------------
+    def step(self, variant: dict | None = None) -> dict[str, float]:
+        variant = variant or {}
+        fn = self.impls[variant.get("impl", "ours")]
+        self.step_no += 1
+        if variant.get("schedule", "serial") == "overlap":
+            return self._step_overlap(fn)
+        return self._step_serial(fn)
+
+    def _hyper(self) -> dict:
+        return dict(lr=LR, beta1=BETA1, beta2=BETA2, eps=EPS, weight_decay=WEIGHT_DECAY, step=self.step_no)
+
+    def _step_serial(self, fn) -> dict[str, float]:
+        import torch
+
+        s = self.streams[0]
+        e = self.events
+        h, d = self.host, self.dev
+        with torch.cuda.stream(s):
+            e[0].record(s)
+            for n in ("param", "grad", "exp_avg", "exp_avg_sq"):
+                d[n].copy_(h[n].tensor, non_blocking=True)
+            e[1].record(s)
+            fn(d["param"], d["grad"], d["exp_avg"], d["exp_avg_sq"], **self._hyper())
+            e[2].record(s)
+            for n in ("param", "exp_avg", "exp_avg_sq"):
+                h[n].tensor.copy_(d[n], non_blocking=True)
+            e[3].record(s)
+        s.synchronize()
+        return {"h2d": e[0].elapsed_time(e[1]) / 1e3, "compute": e[1].elapsed_time(e[2]) / 1e3,
+                "d2h": e[2].elapsed_time(e[3]) / 1e3, "step": e[0].elapsed_time(e[3]) / 1e3}
+
+    def _step_overlap(self, fn) -> dict[str, float]:
+        """Chunked three-stream pipeline; per-phase times are the summed chunk times on
+        each stream (busy time), ``step`` the wall time from first copy to last."""
+        import torch
+
+        h2d_s, comp_s, d2h_s = self.streams
+        n, c = self.numel, self.chunk
+        chunks = [(i, min(c, n - i)) for i in range(0, n, c)]
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ev = [[torch.cuda.Event(enable_timing=True) for _ in range(6)] for _ in chunks]
+        h, d = self.host, self.dev
+        hyper = self._hyper()
+        cur = torch.cuda.current_stream(self.device)
+        start.record(cur)
+        for s in (h2d_s, comp_s, d2h_s):
+            s.wait_event(start)
+        for k, (off, cnt) in enumerate(chunks):
+            e = ev[k]
+            with torch.cuda.stream(h2d_s):
+                e[0].record(h2d_s)
+                for name in ("param", "grad", "exp_avg", "exp_avg_sq"):
+                    d[name][off:off + cnt].copy_(h[name].tensor[off:off + cnt], non_blocking=True)
+                e[1].record(h2d_s)
+            with torch.cuda.stream(comp_s):
+                comp_s.wait_event(e[1])
+                e[2].record(comp_s)
+                fn(d["param"][off:off + cnt], d["grad"][off:off + cnt], d["exp_avg"][off:off + cnt],
+                   d["exp_avg_sq"][off:off + cnt], **hyper)
+                e[3].record(comp_s)
+            with torch.cuda.stream(d2h_s):
+                d2h_s.wait_event(e[3])
+                e[4].record(d2h_s)
+                for name in ("param", "exp_avg", "exp_avg_sq"):
+                    h[name].tensor[off:off + cnt].copy_(d[name][off:off + cnt], non_blocking=True)
+                e[5].record(d2h_s)
+        cur.wait_stream(d2h_s)
+        end.record(cur)
+        end.synchronize()
+        h2d = sum(e[0].elapsed_time(e[1]) for e in ev) / 1e3
+        comp = sum(e[2].elapsed_time(e[3]) for e in ev) / 1e3
+        d2h = sum(e[4].elapsed_time(e[5]) for e in ev) / 1e3
+        return {"h2d": h2d, "compute": comp, "d2h": d2h, "step": start.elapsed_time(end) / 1e3}
+
+    def close(self) -> None:
+        for b in getattr(self, "host", {}).values():
+            b.release()

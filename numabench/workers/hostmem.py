@@ -1,0 +1,64 @@
+"""Host buffers for workers: placed by the task's NUMA policy, touched, optionally pinned.
+
+Allocators (the ``alloc`` axis):
+- ``register``: mmap + first touch by this process (the task policy places
+  every page) + cudaHostRegister. Exact size; placement is what the policy says.
+- ``torch``: ``torch.empty(..., pin_memory=True)`` (CUDA's caching host
+  allocator: rounds sizes up to a power of two).
+- ``pageable``: mmap + first touch, not pinned (CPU families, pageable copies).
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+from dataclasses import dataclass, field
+
+ALLOCATORS = ("register", "torch", "pageable")
+
+
+@dataclass
+class HostBuffer:
+    tensor: "object"  # torch.Tensor
+    address: int
+    nbytes: int
+    kind: str
+    _keep: list = field(default_factory=list)
+
+    def release(self) -> None:
+        import torch
+
+        if self.kind == "register":
+            torch.cuda.cudart().cudaHostUnregister(self.address)
+        for obj in self._keep:
+            if isinstance(obj, mmap.mmap):
+                try:
+                    obj.close()
+                except BufferError:  # a tensor still views it; the process is ending anyway
+                    pass
+        self._keep.clear()
+
+
+def allocate(numel: int, dtype: "object", kind: str) -> HostBuffer:
+    """A host tensor of ``numel`` elements, every page touched (non-zero bytes)."""
+    import torch
+
+    if kind not in ALLOCATORS:
+        raise ValueError(f"unknown allocator {kind!r}: allowed {', '.join(ALLOCATORS)}")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    nbytes = numel * itemsize
+    if kind == "torch":
+        t = torch.empty(numel, dtype=dtype, pin_memory=True)
+        ctypes.memset(t.data_ptr(), 0x3C, nbytes)  # touch every page
+        return HostBuffer(t, t.data_ptr(), nbytes, kind)
+    buf = mmap.mmap(-1, nbytes)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    ctypes.memset(addr, 0x3C, nbytes)  # first touch: the policy places each page now
+    t = torch.frombuffer(buf, dtype=dtype, count=numel)
+    hb = HostBuffer(t, addr, nbytes, kind, [buf])
+    if kind == "register":
+        err = torch.cuda.cudart().cudaHostRegister(addr, nbytes, 0)
+        if int(err) != 0:
+            raise RuntimeError(f"cudaHostRegister({nbytes} bytes) failed with CUDA error {int(err)}")
+        if not t.is_pinned():
+            raise RuntimeError("cudaHostRegister succeeded but torch does not see the buffer as pinned")
+    return hb
