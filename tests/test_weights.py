@@ -1,0 +1,155 @@
+"""numabench.weights.WeightSetting against a fake weights directory (never the real sysfs one)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import numabench.weights as weights
+from numabench.errors import UsageError
+from numabench.weights import AUTO_NAMES, WeightSetting, auto_mode_file, read_weights
+
+MACHINES = Path(__file__).resolve().parent / "data" / "machines"
+_real_write = weights._write
+
+
+@pytest.fixture
+def writes() -> list[tuple[str, str]]:
+    """(file name, value) of every write the code under test made, in order."""
+    return []
+
+
+@pytest.fixture(params=AUTO_NAMES, ids=lambda n: f"auto-file-{n}")
+def wdir(request, tmp_path, monkeypatch, writes):
+    """A fake weighted_interleave dir: node0=1, node2=4, auto switch on. Writes behave like sysfs:
+    a store replaces the whole value (regular files would keep a longer old tail), and writing a
+    node weight turns auto-tuning off, as kernels >= 6.16 do."""
+    d = tmp_path / "weighted_interleave"
+    d.mkdir()
+    (d / "node0").write_text("1\n")
+    (d / "node2").write_text("4\n")
+    (d / request.param).write_text("true\n")
+    def sysfs_write(path, value):
+        path = Path(path)
+        path.write_text("")  # sysfs store semantics: the new value replaces the old one
+        _real_write(path, value)
+        writes.append((path.name, value))
+        if path.name.startswith("node"):
+            (d / request.param).write_text("false\n")
+
+    monkeypatch.setattr(weights, "_write", sysfs_write)
+    return d
+
+
+def state(d: Path) -> tuple[dict[int, int], str]:
+    return read_weights(d), auto_mode_file(d).read_text().strip()
+
+
+def test_sets_and_restores(wdir):
+    with WeightSetting({0: 1, 2: 3}, wdir) as ws:
+        assert state(wdir) == ({0: 1, 2: 3}, "false")
+        assert ws.weights == {0: 1, 2: 3}
+    assert state(wdir) == ({0: 1, 2: 4}, "true")
+
+
+def test_restores_when_block_raises(wdir):
+    with pytest.raises(RuntimeError, match="boom"):
+        with WeightSetting({0: 7, 2: 9}, wdir):
+            assert read_weights(wdir) == {0: 7, 2: 9}
+            raise RuntimeError("boom")
+    assert state(wdir) == ({0: 1, 2: 4}, "true")
+
+
+def test_only_touches_named_nodes(wdir, writes):
+    with WeightSetting({2: 255}, wdir):
+        assert read_weights(wdir) == {0: 1, 2: 255}
+    assert state(wdir) == ({0: 1, 2: 4}, "true")
+    assert [name for name, _ in writes if name.startswith("node")] == ["node2", "node2"]
+
+
+def test_auto_left_alone_when_it_was_off(wdir, writes):
+    auto = auto_mode_file(wdir)
+    auto.write_text("false\n")
+    with WeightSetting({0: 2}, wdir):
+        pass
+    assert state(wdir) == ({0: 1, 2: 4}, "false")
+    assert all(name.startswith("node") for name, _ in writes)
+
+
+def test_restore_is_idempotent(wdir, writes):
+    ws = WeightSetting({0: 5}, wdir)
+    ws.restore()  # never entered: nothing to do
+    assert writes == []
+    with ws:
+        pass
+    n = len(writes)
+    ws.restore()
+    ws.__exit__(None, None, None)
+    assert len(writes) == n
+    assert state(wdir) == ({0: 1, 2: 4}, "true")
+
+
+def test_works_without_auto_file(tmp_path):
+    d = tmp_path / "wi"
+    d.mkdir()
+    (d / "node0").write_text("2\n")
+    with WeightSetting({0: 1}, d):
+        assert read_weights(d) == {0: 1}
+    assert read_weights(d) == {0: 2}
+    assert auto_mode_file(d) is None
+
+
+@pytest.mark.parametrize("bad", [0, 256, -1], ids=lambda w: f"weight-{w}")
+def test_rejects_weight_out_of_range(wdir, writes, bad):
+    with pytest.raises(UsageError, match=f"weight {bad} for node 2 is out of range: allowed 1..255"):
+        WeightSetting({0: 1, 2: bad}, wdir)
+    assert writes == []
+
+
+def test_rejects_unknown_node(wdir, writes):
+    with pytest.raises(UsageError, match=r"no weight file for node\(s\) \[1, 3\] .*nodes there: \[0, 2\]"):
+        with WeightSetting({0: 2, 1: 1, 3: 1}, wdir):
+            pass
+    assert writes == []
+    assert state(wdir) == ({0: 1, 2: 4}, "true")
+
+
+def test_rejects_missing_dir(tmp_path):
+    with pytest.raises(UsageError, match="weights directory .* is missing"):
+        with WeightSetting({0: 1}, tmp_path / "absent"):
+            pass
+
+
+def test_write_failure_restores_and_says_root(wdir, monkeypatch):
+    sysfs_write = weights._write
+    failed = []
+
+    def fail_once_on_node2(path, value):
+        if Path(path).name == "node2" and not failed:
+            failed.append(value)
+            raise PermissionError(13, "Permission denied")
+        sysfs_write(path, value)
+
+    monkeypatch.setattr(weights, "_write", fail_once_on_node2)
+    with pytest.raises(PermissionError, match="needs root"):
+        with WeightSetting({0: 9, 2: 9}, wdir):
+            pytest.fail("block must not run")
+    assert read_weights(wdir) == {0: 1, 2: 4}
+
+
+def test_real_write_is_one_write(tmp_path):
+    p = tmp_path / "node0"
+    p.write_text("")
+    _real_write(p, "17")
+    assert p.read_text() == "17"
+
+
+@pytest.mark.parametrize("tree, name", [("vm-1node", "__auto_type"), ("h200x2-vm", "__auto_type"),
+                                        ("cxl-3node", "auto"), ("dgx-2socket-8gpu", None)])
+def test_recorded_weight_dirs(tree, name):
+    d = MACHINES / tree / "sys/kernel/mm/mempolicy/weighted_interleave"
+    f = auto_mode_file(d)
+    assert (f.name if f else None) == name
+    if name:
+        assert f.read_text().strip() == "true"
+        assert set(read_weights(d).values()) == {1}
