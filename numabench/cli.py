@@ -44,7 +44,8 @@ def cmd_build(ns: argparse.Namespace) -> int:
 def cmd_csv(ns: argparse.Namespace) -> int:
     from .seedcsv import run_json_to_csv
 
-    sys.stdout.write(run_json_to_csv(ns.run_json))
+    sys.stdout.write(run_json_to_csv(ns.run_json, weighted=True if ns.weighted else None, dtype=ns.dtype,
+                                     impl=ns.impl, schedule=ns.schedule))
     return 0
 
 
@@ -60,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=cmd_build)
     p = sub.add_parser("csv", help="write a pytest-benchmark run as the seed benchmark's CSV")
     p.add_argument("run_json", help="a saved run (baselines/.../NNNN_name.json) or --benchmark-json file")
+    p.add_argument("--weighted", action="store_true", help="the weighted format (default: if the run has weighted cases)")
+    p.add_argument("--dtype", default="fp32", help="which dtype's rows (the seed CSV has no dtype column)")
+    p.add_argument("--impl", default="ours", help="which kernel's rows: ours or torch")
+    p.add_argument("--schedule", default="serial", help="which schedule's rows: serial or overlap")
     p.set_defaults(func=cmd_csv)
     ns = parser.parse_args(argv)
     try:

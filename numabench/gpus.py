@@ -25,8 +25,10 @@ class GpuInfo:
 def normalize_bus_id(bus_id: str) -> str:
     """NVML's "00000000:06:00.0" or CUDA's "0000:06:00.0" -> sysfs "0000:06:00.0"."""
     bus_id = bus_id.strip().lower()
+    if bus_id.count(":") == 1:  # "06:00.0": no domain given, PCI domain 0
+        bus_id = "0000:" + bus_id
     domain, _, rest = bus_id.partition(":")
-    if not rest:
+    if not rest or "." not in rest:
         raise ValueError(f"bad PCI bus id {bus_id!r}: expected DOMAIN:BUS:DEVICE.FUNCTION")
     return f"{int(domain, 16):04x}:{rest}"
 

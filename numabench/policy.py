@@ -92,8 +92,9 @@ class Policy:
                 raise PolicyError(f"weight {w} for node {node} in {raw!r} is out of range: allowed 1..255")
             pairs.append((node, w))
         nodes = [n for n, _ in pairs]
-        if len(set(nodes)) != len(nodes):
-            raise PolicyError(f"node listed twice in {raw!r}")
+        dup = sorted({n for n in nodes if nodes.count(n) > 1})
+        if dup:
+            raise PolicyError(f"node {','.join(map(str, dup))} listed twice in {raw!r}: give each node one weight")
         pairs.sort()
         return cls("weighted", tuple(n for n, _ in pairs), tuple(w for _, w in pairs))
 

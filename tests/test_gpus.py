@@ -27,9 +27,6 @@ def test_normalize_bus_id_rejects(raw):
         normalize_bus_id(raw)
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: numabench/gpus.py normalize_bus_id (lines 28-31) treats the "
-                   "domain-less lspci form '06:00.0' as domain 0x06 and returns '0006:00.0' instead of raising "
-                   "(its message promises DOMAIN:BUS:DEVICE.FUNCTION) or returning '0000:06:00.0'")
 def test_normalize_bus_id_without_domain():
     try:
         got = normalize_bus_id("06:00.0")

@@ -150,9 +150,6 @@ def test_compare_empty_report():
     assert not v.ok and v.message == "no touched pages found to check"
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: numabench/placement.py compare (line 143, ok = dev <= tolerance_pp) "
-                   "fails a miss of exactly 2 pp: 52%/48% vs 50%/50% gives dev 2.0000000000000018 (float error), "
-                   "so the verdict is not ok while its message says 'off by 2.00 percentage points (tolerance 2)'")
 def test_compare_exactly_at_tolerance_is_ok():
     assert compare(report(N0=52, N1=48), Expectation(shares={0: 0.5, 1: 0.5})).ok
 

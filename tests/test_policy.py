@@ -115,8 +115,6 @@ def test_preferred_two_nodes_suggests_preferred_many():
         Policy.parse("preferred:0,1")
 
 
-@pytest.mark.xfail(strict=True, reason="core bug: numabench/policy.py _parse_weighted (line 96) says only "
-                   "\"node listed twice in 'weighted:0=1,1=2,0=3'\" without naming the repeated node (0)")
 def test_duplicate_weighted_node_is_named():
     with pytest.raises(PolicyError, match=r"node 0\b"):
         Policy.parse("weighted:0=1,1=2,0=3")
