@@ -120,6 +120,8 @@ class Family:
     device_bytes_per_element: Callable[["Case"], float] = lambda case: 0
     # which ranks exist: "gpu" (rank i on GPU i) or "cpu-node" (rank i on the i-th CPU node)
     rank_kind: str = "gpu"
+    # family-specific reasons (an optional package, an axis combination that means nothing)
+    case_skip_reason: Callable[["Case"], str | None] | None = None
 
     def ranks(self, case: Case, topology: "Topology") -> list[Rank]:
         ranks = []
@@ -148,6 +150,9 @@ class Family:
         need = self.min_gpus_per_case(case)
         if need > ngpu:
             return f"{self.key} needs {need} GPUs; this machine has {ngpu}"
+        family_reason = self.case_skip_reason(case) if self.case_skip_reason else None
+        if family_reason:
+            return family_reason
         err = case.policy.requirement_error(topology)
         if err:
             return err

@@ -1,0 +1,34 @@
+"""host_membw: STREAM-style copy and triad bandwidth from a node's threads to policy-placed memory.
+
+With bind:N policies over every node this is the node x node matrix that Intel
+MLC prints; ``numabench topo --bandwidth`` prints it.
+"""
+from __future__ import annotations
+
+from ..cases import Family
+from ..runner import CaseResult
+from ..workers.host_membw import BYTES_PER_ELEMENT
+
+DEFAULT_ROUNDS = 15
+DEFAULT_WARMUP = 2
+
+FAMILY = Family(
+    key="host_membw",
+    description="Copy and triad (a = b + s*c) over three policy-placed fp32 arrays, this node's threads.",
+    phases=("time",),
+    rank_kind="cpu-node",
+    default_sizes=(32 * 2**20,),  # 128 MiB per array
+    default_dtypes=("fp32",),
+    extra_axes={"kernel": ("copy", "triad")},
+    worker_axes=("kernel",),
+    host_bytes_per_element=lambda case: 3 * 4,
+)
+
+
+def metrics(result: CaseResult, phase: str) -> dict:
+    kernel = result.case.param("kernel", "triad")
+    n = result.case.numel_per_rank * result.case.nprocess
+    per_elem = BYTES_PER_ELEMENT[kernel] * 4
+    med = result.median(phase)
+    return {"bytes": per_elem * n, "GBps": round(per_elem * n / med / 1e9, 3), "write_allocate_counted": False,
+            "threads_per_rank": result.setup_info[0]["threads"]}
