@@ -82,10 +82,14 @@ def run_case(case: Case, family: Family, topology: Topology, caps: Capabilities,
 def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family: Family, topology: Topology,
                  caps: Capabilities, *, rounds: int, warmup: int, launcher: str = "auto",
                  timeout_s: float = 600.0, tolerance_pp: float = 2.0,
-                 spec_extra: dict[str, Any] | None = None) -> list[CaseResult]:
+                 spec_extra: dict[str, Any] | None = None,
+                 rank_nodes: list[int] | None = None) -> list[CaseResult]:
     """Start the workers once for ``case`` and time each variant (values of the
-    family's worker axes, e.g. impl x schedule) on the same placed memory."""
+    family's worker axes, e.g. impl x schedule) on the same placed memory.
+    ``rank_nodes`` pins CPU ranks to given nodes (the bandwidth matrix's rows)."""
     ranks: list[Rank] = family.ranks(case, topology)
+    if rank_nodes is not None:
+        ranks = [Rank(r.index, r.gpu, n, n) for r, n in zip(ranks, rank_nodes)]
     slowdown = injected_slowdown()
     commands, specs, resolved = [], [], []
     how = "none"

@@ -1,0 +1,46 @@
+"""The node x node host bandwidth matrix (what Intel MLC prints), measured with
+the host_membw workers: threads of each CPU node over memory bound to each
+node, plus interleave over all nodes."""
+from __future__ import annotations
+
+from .capabilities import Capabilities
+from .cases import Case
+from .families import family_module
+from .policy import Policy
+from .runner import run_variants
+from .topology import Topology
+
+MATRIX_ELEMS = 32 * 2**20  # 128 MiB per array, 3 arrays
+
+
+def bandwidth_matrix(topo: Topology, caps: Capabilities, numel: int = MATRIX_ELEMS, rounds: int = 10) -> dict:
+    """{"kernel": "triad", "rows": {cpu_node: {policy: GB/s}}} for copy and triad (decimal GB/s,
+    write-allocate not counted)."""
+    mod = family_module("host_membw")
+    fam = mod.FAMILY
+    policies = [Policy.parse(f"bind:{n}") for n in topo.memory_node_ids] + [Policy.parse("interleave:all")]
+    out: dict = {"unit": "GB/s (decimal), write-allocate not counted", "copy": {}, "triad": {}}
+    for cpu_node in topo.cpu_node_ids:
+        for pol in policies:
+            case = Case("host_membw", 1, numel, pol, "fp32")
+            variants = [(("kernel", "copy"),), (("kernel", "triad"),)]
+            results = run_variants(case, variants, fam, topo, caps, rounds=rounds, warmup=2,
+                                   spec_extra=None, rank_nodes=[cpu_node])
+            for res in results:
+                kernel = res.case.param("kernel")
+                out[kernel].setdefault(str(cpu_node), {})[pol.id] = mod.metrics(res, "time")["GBps"]
+    return out
+
+
+def render_matrix(matrix: dict) -> str:
+    lines = []
+    for kernel in ("copy", "triad"):
+        rows = matrix[kernel]
+        cols = list(next(iter(rows.values())).keys()) if rows else []
+        lines.append(f"host memory bandwidth, {kernel} ({matrix['unit']}); rows: CPU node, columns: memory policy")
+        width = max([len(c) for c in cols] + [8])
+        lines.append("cpu node  " + "  ".join(f"{c:>{width}}" for c in cols))
+        for node, vals in rows.items():
+            lines.append(f"{'node' + node:<8}  " + "  ".join(f"{vals[c]:>{width}.1f}" for c in cols))
+        lines.append("")
+    return "\n".join(lines).rstrip()
