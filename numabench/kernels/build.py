@@ -25,7 +25,7 @@ def _source_digest(paths: Sequence[Path], flags: Sequence[str]) -> str:
         h.update(p.name.encode())
         h.update(p.read_bytes())
     # Headers in csrc/ change the build too.
-    for p in sorted(CSRC_DIR.glob("*.h")):
+    for p in sorted(q for pat in ("*.h", "*.cuh", "*.hpp") for q in CSRC_DIR.glob(pat)):
         h.update(p.name.encode())
         h.update(p.read_bytes())
     h.update("\0".join(flags).encode())
