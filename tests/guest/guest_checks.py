@@ -1,0 +1,275 @@
+"""Guest side of tests/guest: run checks inside the QEMU NUMA guest, print one JSON result.
+
+Run by .ci/guest/run-in-guest (repo root as cwd, PYTHONPATH=<repo>), e.g.::
+
+    python3 tests/guest/guest_checks.py topo placement weights pytest-weighted
+
+Each named check adds an entry to the result; the last stdout line is
+``GUEST-RESULT-JSON: {...}``. Progress and a readable summary go to stderr.
+Exit status: 0 when every check ran to its end (the host test judges the
+content), 1 when a check crashed. Needs no torch: only numabench's core.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from numabench.capabilities import probe  # noqa: E402
+from numabench.cases import Case  # noqa: E402
+from numabench.errors import PlacementError, WorkerError  # noqa: E402
+from numabench.families import family_module  # noqa: E402
+from numabench.placement import Expectation, PlacementReport, compare  # noqa: E402
+from numabench.policy import Policy  # noqa: E402
+from numabench.runner import run_case  # noqa: E402
+from numabench.topology import discover  # noqa: E402
+from numabench.weights import WeightSetting, read_weights  # noqa: E402
+
+NUMEL = 64 * 2**20  # fp32 elements: a 256 MiB buffer (THP moves splits in 2 MiB steps)
+POLICIES = ["bind:1", "preferred:2", "preferred-many:0,2", "interleave:0,1,2", "weighted:0=1,2=3",
+            "weighted:0=1,1=1,2=2"]
+# A deliberately wrong promise for each policy: the check must reject the real placement.
+WRONG = {
+    "bind:1": Expectation(within=(0,)),
+    "preferred:2": Expectation(within=(0, 1)),
+    "preferred-many:0,2": Expectation(within=(1,)),
+    "interleave:0,1,2": Expectation(shares={0: 0.5, 1: 0.25, 2: 0.25}),
+    "weighted:0=1,2=3": Expectation(shares={0: 0.75, 2: 0.25}),
+    "weighted:0=1,1=1,2=2": Expectation(shares={0: 0.5, 1: 0.25, 2: 0.25}),
+}
+LAUNCHERS = ["numactl", "builtin"]
+
+
+def log(msg: str) -> None:
+    print(f"[guest] {msg}", file=sys.stderr, flush=True)
+
+
+def _machine():
+    topo = discover("/", gpus=[])
+    caps = probe(first_node=(topo.memory_node_ids or (0,))[0])
+    return topo, caps
+
+
+# -- checks ------------------------------------------------------------------------
+
+def check_topo() -> dict:
+    """`python3 -m numabench topo --json`, with the Python API as a fallback."""
+    cmd = [sys.executable, "-m", "numabench", "topo", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    result = {"command": " ".join(cmd[1:]), "rc": out.returncode, "stderr_tail": out.stderr[-2000:]}
+    try:
+        result["data"] = json.loads(out.stdout)
+        result["source"] = "cli"
+    except ValueError:
+        topo, caps = _machine()
+        result["data"] = {"topology": topo.to_dict(), "capabilities": caps.to_dict()}
+        result["source"] = "python-api (CLI output was not JSON)"
+    topo = result["data"]["topology"]
+    for n in topo["nodes"]:
+        log(f"topo: node {n['id']} cpus={n['cpus']} mem={n['mem_total_bytes'] / 2**20:.0f} MiB "
+            f"distances={n['distances']}")
+    log(f"topo: kernel {topo['kernel_release']} caps={json.dumps(result['data']['capabilities'], sort_keys=True)}")
+    return result
+
+
+def _case(policy: str) -> Case:
+    return Case("touch", 1, NUMEL, Policy.parse(policy), "fp32")
+
+
+def _run(policy: str, launcher: str, topo, caps, **kw):
+    return run_case(_case(policy), family_module("touch").FAMILY, topo, caps, rounds=2, warmup=0,
+                    launcher=launcher, timeout_s=300, **kw)
+
+
+def _baseline(original: dict[int, int]) -> dict[int, int]:
+    """Distinct non-default weights (3, 5, 7, ...) so a restore is told apart from the default 1."""
+    return {n: 3 + 2 * i for i, n in enumerate(sorted(original))}
+
+
+def _weights_json(w: dict[int, int]) -> dict[str, int]:
+    return {str(k): v for k, v in sorted(w.items())}
+
+
+def check_placement() -> dict:
+    """Every policy under both launchers: the re-exec'd touch worker's pages, judged within 2 pp.
+
+    Runs under distinct baseline weights; after each case the weights must be back to them
+    (a weighted case that passes also proves its own weights were in force: the baseline
+    would give another split)."""
+    topo, caps = _machine()
+    original = read_weights()
+    baseline = _baseline(original)
+    rows = []
+    with WeightSetting(baseline):
+        for policy in POLICIES:
+            for launcher in LAUNCHERS:
+                row: dict = {"policy": policy, "launcher": launcher}
+                t0 = time.monotonic()
+                try:
+                    res = _run(policy, launcher, topo, caps)
+                    p = res.placement[0]
+                    row.update(
+                        launcher_used=res.launcher, command=res.commands[0],
+                        bytes=p.report.total_bytes, untouched=p.report.untouched_bytes,
+                        percent=p.report.to_dict()["percent_by_node"],
+                        numa_maps_percent=res.setup_info[0]["numa_maps"]["percent_by_node"],
+                        expected=policy_expectation(policy).describe(),
+                        ok=bool(p.verdict and p.verdict.ok),
+                        deviation_pp=round(p.verdict.deviation_pp, 3) if p.verdict else None,
+                        message=p.verdict.message if p.verdict else "",
+                        write_s=res.phases.get("write"),
+                    )
+                    wrong = compare(p.report, WRONG[policy])
+                    row.update(wrong_expected=WRONG[policy].describe(), wrong_ok=wrong.ok,
+                               wrong_message=wrong.message)
+                except Exception as e:  # recorded; the host test fails with it
+                    row.update(ok=False, error=f"{type(e).__name__}: {e}")
+                row["weights_after"] = _weights_json(read_weights())
+                row["weights_restored"] = read_weights() == baseline
+                row["seconds"] = round(time.monotonic() - t0, 2)
+                rows.append(row)
+                log(f"placement {policy:22s} {launcher:8s} -> {row.get('percent', row.get('error'))} "
+                    f"ok={row.get('ok')} dev={row.get('deviation_pp')}pp wrong_ok={row.get('wrong_ok')} "
+                    f"weights_restored={row['weights_restored']} ({row['seconds']}s)")
+    final = read_weights()
+    return {"rows": rows, "numactl_path": caps.numactl_path, "numactl_version": caps.numactl_version,
+            "baseline": _weights_json(baseline), "original": _weights_json(original),
+            "final": _weights_json(final), "final_restored": final == original}
+
+
+def policy_expectation(policy: str) -> Expectation:
+    exp = Policy.parse(policy).expectation(cpu_node=0)
+    assert exp is not None
+    return exp
+
+
+def check_weights() -> dict:
+    """Weights written for a weighted case are restored when the case fails: a placement
+    failure, a worker that does not answer, and an exception inside a WeightSetting block.
+    (A passing case is covered by check_placement.)"""
+    topo, caps = _machine()
+    original = read_weights()
+    baseline = _baseline(original)
+    steps: list[dict] = []
+
+    def note(name: str, **kw) -> None:
+        now = read_weights()
+        kw.update(weights_after=_weights_json(now), restored=now == baseline)
+        steps.append({"step": name, **kw})
+        log(f"weights: {name}: {kw}")
+
+    with WeightSetting(baseline):
+        note("baseline written", ok=read_weights() == baseline)
+        # 1. PlacementError. Tolerance 0 does not fail an exact split (THP pages often give
+        #    exactly 25.000%), so a negative tolerance rejects every placement.
+        raised = None
+        try:
+            _run("weighted:0=1,2=3", "numactl", topo, caps, tolerance_pp=-1.0)
+        except PlacementError as e:
+            raised = f"PlacementError: {e}"
+        except Exception as e:
+            raised = f"unexpected {type(e).__name__}: {e}"
+        note("failing case: PlacementError (numactl, tolerance -1)",
+             ok=bool(raised and raised.startswith("PlacementError")), raised=raised)
+        # 2. WorkerError: the worker cannot set up 256 MiB under TCG within 0.5 s.
+        raised = None
+        try:
+            run_case(_case("weighted:0=1,1=1,2=2"), family_module("touch").FAMILY, topo, caps, rounds=2, warmup=0,
+                     launcher="builtin", timeout_s=0.5)
+        except WorkerError as e:
+            raised = f"WorkerError: {str(e).splitlines()[0]}"
+        except Exception as e:
+            raised = f"unexpected {type(e).__name__}: {e}"
+        note("failing case: WorkerError (builtin, timeout 0.5 s)",
+             ok=bool(raised and raised.startswith("WorkerError")), raised=raised)
+        # 3. an exception inside the block
+        inside = None
+        try:
+            with WeightSetting({0: 2, 2: 4}):
+                inside = _weights_json(read_weights())
+                raise RuntimeError("deliberate failure inside WeightSetting")
+        except RuntimeError as e:
+            note("exception inside WeightSetting",
+                 ok=inside is not None and inside["0"] == 2 and inside["2"] == 4, weights_inside=inside, raised=str(e))
+    final = read_weights()
+    log(f"weights: original {original}, final {final}")
+    return {"original": _weights_json(original), "baseline": _weights_json(baseline), "steps": steps,
+            "final": _weights_json(final), "final_restored": final == original}
+
+
+def _pytest(args: list[str], name: str) -> dict:
+    xml = Path("/tmp") / f"guest-{name}.xml"
+    cmd = [sys.executable, "-m", "pytest", *args, "-v", "-p", "no:cacheprovider", f"--junitxml={xml}"]
+    t0 = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+    seconds = round(time.monotonic() - t0, 1)
+    tests = []
+    if xml.exists():
+        for tc in ET.parse(xml).getroot().iter("testcase"):
+            outcome, message = "passed", ""
+            for child in tc:
+                if child.tag in ("skipped", "failure", "error"):
+                    outcome = {"skipped": "skipped", "failure": "failed", "error": "error"}[child.tag]
+                    message = child.get("message", "") or (child.text or "")[:500]
+            tests.append({"name": tc.get("name"), "outcome": outcome, "message": message})
+    for t in tests:
+        log(f"{name}: {t['outcome']:7s} {t['name']}  {t['message'][:160]}")
+    lines = out.stdout.splitlines()
+    log(f"{name}: rc={out.returncode} in {seconds}s; {lines[-1] if lines else ''}")
+    return {"command": " ".join(cmd[1:]), "rc": out.returncode, "seconds": seconds, "tests": tests,
+            "stdout_tail": "\n".join(lines[-60:]), "stderr_tail": out.stderr[-3000:]}
+
+
+ROUNDS = ["--numa-rounds", "2", "--numa-warmup", "0"]
+
+
+def check_pytest_weighted() -> dict:
+    # torch is importable in the guest (the host's site-packages are shared), but under TCG only
+    # the torch-free touch family is fast enough: select its weighted cases.
+    return _pytest(["benchmarks", "-k", "touch and weighted", *ROUNDS], "pytest-weighted")
+
+
+def check_pytest_all() -> dict:
+    return _pytest(["benchmarks", "-k", "touch", *ROUNDS], "pytest-all")
+
+
+CHECKS = {
+    "topo": check_topo,
+    "placement": check_placement,
+    "weights": check_weights,
+    "pytest-weighted": check_pytest_weighted,
+    "pytest-all": check_pytest_all,
+}
+
+
+def main(argv: list[str]) -> int:
+    unknown = [a for a in argv if a not in CHECKS]
+    if unknown or not argv:
+        print(f"usage: guest_checks.py CHECK...; checks: {', '.join(CHECKS)} (unknown: {unknown})", file=sys.stderr)
+        return 2
+    result: dict = {"kernel": os.uname().release, "in_guest": os.environ.get("NUMABENCH_IN_GUEST") == "1"}
+    rc = 0
+    for name in argv:
+        t0 = time.monotonic()
+        try:
+            result[name] = check = CHECKS[name]()
+        except Exception as e:
+            result[name] = check = {"crashed": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+            log(f"{name} crashed: {traceback.format_exc()}")
+            rc = 1
+        check["check_seconds"] = round(time.monotonic() - t0, 1)
+        log(f"{name}: done in {check['check_seconds']}s")
+    print("GUEST-RESULT-JSON: " + json.dumps(result, sort_keys=True), flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
