@@ -52,7 +52,7 @@ def _missing_tooling() -> str | None:
 @pytest.fixture(scope="module", autouse=True)
 def _guest_ready(request: pytest.FixtureRequest) -> None:
     if "guest" not in (request.config.getoption("markexpr", "") or ""):
-        pytest.skip("QEMU guest tests boot VMs (about 4 min): select them with `-m guest`")
+        pytest.skip("QEMU guest tests boot VMs (about 5 min): select them with `-m guest`")
     reason = _missing_tooling()
     if reason:
         pytest.skip(reason)
