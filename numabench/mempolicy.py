@@ -50,7 +50,11 @@ def _numbers() -> tuple[int, int, int]:
                       f"supported: {sorted(_SYSCALLS)}") from None
 
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# "libc.so.6" directly: find_library spawns ldconfig/gcc, seconds per import in a slow VM.
+try:
+    _libc = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:
+    _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 _WORD_BITS = ctypes.sizeof(ctypes.c_ulong) * 8

@@ -23,10 +23,15 @@ LIMIT_HOST_BYTES = 256 * 2**20
 LIMIT_D2D_BYTES = 2**30
 
 
-def auto_chunk(numel: int) -> int:
-    """Pipeline chunk: at least 8 chunks so fill and drain stay short, at most 2M
-    elements (measured on H100: see docs/PERF.md), at least 256K so launches stay cheap."""
-    return max(256 * 1024, min(2 * 2**20, -(-numel // 8)))
+CHUNK_BYTES = 8 * 2**20
+
+
+def auto_chunk(numel: int, itemsize: int) -> int:
+    """Pipeline chunk in elements: about 8 MiB per tensor (the sweep on H100 in
+    docs/PERF.md: 256K-element chunks are launch-bound, 2-8 MiB chunks within
+    noise of each other), but at least 8 chunks so fill and drain stay short,
+    and never under 128K elements."""
+    return max(128 * 1024, min(CHUNK_BYTES // itemsize, -(-numel // 8)))
 _STEP_TENSORS: dict = {}
 
 
@@ -55,7 +60,7 @@ class Worker:
         self.device = torch.device("cuda", int(spec["gpu"]))
         self.alloc = spec.get("alloc", "register")
         chunk = os.environ.get("NUMABENCH_CHUNK_ELEMS") or spec.get("chunk_elems")
-        self.chunk = int(chunk) if chunk else auto_chunk(self.numel)
+        self.chunk = int(chunk) if chunk else auto_chunk(self.numel, torch.empty((), dtype=self.dtype).element_size())
         self.step_no = 0
 
     # -- setup -------------------------------------------------------------------
