@@ -38,6 +38,8 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "limit_h2d_GBps_per_rank": [round(i["limit_h2d_GBps"], 2) for i in infos],
         "limit_d2h_GBps_per_rank": [round(i["limit_d2h_GBps"], 2) for i in infos],
         "limit_d2d_GBps_per_rank": [round(i["limit_d2d_GBps"], 1) for i in infos],
+        "limit_bidir_h2d_GBps_per_rank": [round(i["limit_bidir_h2d_GBps"], 2) for i in infos],
+        "limit_bidir_d2h_GBps_per_rank": [round(i["limit_bidir_d2h_GBps"], 2) for i in infos],
         "max_rel_error": infos[0]["max_rel_error"],
         "alloc": infos[0]["alloc"],
         "chunk_elems": infos[0]["chunk_elems"],
@@ -54,4 +56,9 @@ def metrics(result: CaseResult, phase: str) -> dict:
                     3 * result.case.numel_per_rank * itemsize / (infos[0]["limit_d2h_GBps"] * 1e9))
         out["lower_bound_s"] = bound
         out["ratio_to_lower_bound"] = round(med / bound, 3)
+        # The same bound with the rates both directions reach at once (host memory and
+        # the root complex may not sustain full duplex): what overlap can really reach.
+        bidir = max(4 * result.case.numel_per_rank * itemsize / (infos[0]["limit_bidir_h2d_GBps"] * 1e9),
+                    3 * result.case.numel_per_rank * itemsize / (infos[0]["limit_bidir_d2h_GBps"] * 1e9))
+        out["ratio_to_bidir_lower_bound"] = round(med / bidir, 3)
     return out
