@@ -137,8 +137,10 @@ class Family:
                 ranks.append(Rank(i, None, node, node))
         return ranks
 
-    def skip_reason(self, case: Case, topology: "Topology", caps: "Capabilities") -> str | None:
-        """Why ``case`` cannot run on this machine, or None. One clear reason."""
+    def skip_reason(self, case: Case, topology: "Topology", caps: "Capabilities",
+                    host_memory_bytes: int | None = None) -> str | None:
+        """Why ``case`` cannot run on this machine, or None. One clear reason.
+        ``host_memory_bytes`` overrides MemTotal (VMs whose memory grows as it is used)."""
         ngpu = len(topology.gpus)
         if self.needs_gpu and ngpu == 0:
             return f"{self.key} needs a CUDA GPU; none is visible (no NVIDIA driver or CUDA_VISIBLE_DEVICES empty)"
@@ -167,10 +169,11 @@ class Family:
         if case.policy.kind == "preferred-many" and not caps.preferred_many_kernel:
             return f"preferred-many needs Linux >= 5.15; kernel {caps.kernel_release} rejected MPOL_PREFERRED_MANY"
         host_need = case.numel * self.host_bytes_per_element(case)
-        host_have = sum(n.mem_total_bytes for n in topology.nodes)
+        host_have = host_memory_bytes or sum(n.mem_total_bytes for n in topology.nodes)
         if host_need > 0.8 * host_have:
             return (f"size {format_size(case.numel)} needs {host_need / 2**30:.1f} GiB of host memory; "
-                    f"this machine has {host_have / 2**30:.1f} GiB (80% usable)")
+                    f"MemTotal reads {host_have / 2**30:.1f} GiB (80% usable; on a VM whose memory grows "
+                    "as it is used, pass --numa-host-memory=GiB)")
         if topology.gpus and self.needs_gpu:
             dev_need = case.numel_per_rank * self.device_bytes_per_element(case)
             dev_have = min(g.memory_bytes for g in topology.gpus[: case.nprocess]) or float("inf")
