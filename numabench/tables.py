@@ -1,20 +1,197 @@
-"""Markdown tables from a pytest-benchmark run JSON (saved run or --benchmark-json)."""
+"""Tables from a pytest-benchmark run JSON (saved run or --benchmark-json).
+
+:func:`entries` is the one reading of a run that tables, plots and the report
+share: each benchmark's family, phase, axes (nprocess, numel, dtype, policy,
+and the family's extra axes: impl, schedule, kernel), median, spread, GB/s.
+
+:func:`grouped_tables` makes, per family and phase, rows by size (and the other
+axes that vary), columns by policy (or, where the run has one policy, by the
+extra axes: impl/schedule, kernel), cells "median ± std" in ms with GB/s.
+"""
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from .cases import format_size
 from .seedcsv import load_run
+
+# Axes in the order rows are labelled and sorted (size last: a table reads down by size).
+LABEL_AXES = ("nprocess", "dtype", "impl", "schedule", "kernel", "numel")
+EXTRA_AXES = ("impl", "schedule", "kernel")
+AXIS_TITLES = {"nprocess": "np", "numel": "size", "dtype": "dtype", "policy": "policy", "impl": "impl",
+               "schedule": "schedule", "kernel": "kernel"}
+PHASE_ORDER = ("h2d", "compute", "d2h", "step", "time", "write")
+
+
+@dataclass
+class Entry:
+    family: str
+    phase: str
+    axes: dict  # nprocess, numel, dtype, policy and the extra axes present
+    median_s: float
+    stddev_s: float | None  # None when only a mean is known (imported seed CSV)
+    mean_s: float
+    gbps: float | None
+    name: str
+    fullname: str
+    data: list[float] | None = field(default=None, repr=False)
+    mean_only: bool = False
+
+    def get(self, axis: str):
+        return self.axes.get(axis)
+
+
+def _as_run(run: str | Path | dict) -> dict:
+    return run if isinstance(run, dict) else load_run(run)
+
+
+def entries(run: str | Path | dict) -> list[Entry]:
+    """The run's numabench benchmarks (those with extra_info.family), in file order."""
+    out = []
+    for b in _as_run(run)["benchmarks"]:
+        x = b.get("extra_info") or {}
+        if "family" not in x or "phase" not in x:
+            continue
+        st = b["stats"]
+        mean_only = x.get("stats_from") == "mean only"
+        axes = {k: x[k] for k in ("nprocess", "numel", "dtype", "policy", *EXTRA_AXES) if k in x}
+        gbps = x.get("GBps")
+        out.append(Entry(x["family"], x["phase"], axes, st["median"], None if mean_only else st.get("stddev"),
+                         st.get("mean", st["median"]), float(gbps) if isinstance(gbps, (int, float)) else None,
+                         b.get("name", ""), b.get("fullname", b.get("name", "")),
+                         st.get("data") if isinstance(st.get("data"), list) else None, mean_only))
+    return out
+
+
+def phase_key(phase: str) -> tuple:
+    return (PHASE_ORDER.index(phase) if phase in PHASE_ORDER else len(PHASE_ORDER), phase)
+
+
+def _sort_value(axis: str, v) -> tuple:
+    if v is None:
+        return (0, "")
+    if axis == "policy":
+        order = ("default", "local", "bind", "preferred", "preferred-many", "interleave", "weighted")
+        kind = str(v).split(":")[0]
+        return (order.index(kind) if kind in order else len(order), str(v))
+    return (1, v) if isinstance(v, (int, float)) else (2, str(v))
+
+
+def varying(es: list[Entry], axis: str) -> list:
+    """Distinct values of an axis among entries, sorted."""
+    return sorted({e.get(axis) for e in es}, key=lambda v: _sort_value(axis, v))
+
+
+def column_axes(es: list[Entry]) -> tuple[str, ...]:
+    """Columns by policy where the entries have several; else by the extra axes that vary."""
+    if len(varying(es, "policy")) > 1:
+        return ("policy",)
+    return tuple(a for a in EXTRA_AXES if len(varying(es, a)) > 1)
+
+
+def series_label(e: Entry, axes: tuple[str, ...]) -> str:
+    return "/".join(str(e.get(a)) for a in axes) if axes else (str(e.get("policy")) or "median")
+
+
+def format_ms(median_s: float, std_s: float | None) -> str:
+    """Median with 4 significant digits, std to the same decimals: '0.01219 ± 0.00046'."""
+    ms = median_s * 1e3
+    decimals = max(0, 3 - int(math.floor(math.log10(abs(ms))))) if ms > 0 else 3
+    text = f"{ms:.{decimals}f}"
+    if std_s is None:
+        return text + "*"
+    return f"{text} ± {std_s * 1e3:.{decimals}f}"
+
+
+def format_gbps(g: float) -> str:
+    return f"{g:.2f}" if g < 10 else f"{g:.1f}" if g < 100 else f"{g:.0f}"
+
+
+def format_cell(e: Entry) -> str:
+    text = format_ms(e.median_s, e.stddev_s)
+    if e.gbps is not None:
+        text += f" ({format_gbps(e.gbps)} GB/s)"
+    return text
+
+
+@dataclass
+class Table:
+    family: str
+    phase: str
+    header: list[str]
+    rows: list[list[str]]
+    best: list[int | None]  # per row, the index of the fastest cell (columns > label columns)
+    n_labels: int
+    mean_only: bool
+
+    @property
+    def title(self) -> str:
+        return f"{self.family} — {self.phase}"
+
+    def markdown(self) -> str:
+        out = [f"### {self.title} (median ± std, ms)", "",
+               "| " + " | ".join(self.header) + " |", "|" + "---|" * len(self.header)]
+        for cells, best in zip(self.rows, self.best):
+            cells = [f"**{c}**" if i == best else c for i, c in enumerate(cells)]
+            out.append("| " + " | ".join(cells) + " |")
+        if self.mean_only:
+            out += ["", "\\* mean only (imported from a seed CSV): no median or spread known."]
+        return "\n".join(out)
+
+    def text(self) -> str:
+        widths = [max(len(r[i]) for r in [self.header, *self.rows]) for i in range(len(self.header))]
+        fmt = lambda cells: "  ".join(c.ljust(w) if i < self.n_labels else c.rjust(w)  # noqa: E731
+                                      for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        out = [f"{self.title} (median ± std, ms)", fmt(self.header), "  ".join("-" * w for w in widths)]
+        out += [fmt(r) for r in self.rows]
+        if self.mean_only:
+            out.append("* mean only (imported from a seed CSV): no median or spread known.")
+        return "\n".join(out)
+
+
+def grouped_tables(run: str | Path | dict, family: str | None = None) -> list[Table]:
+    """Per family and phase: rows by size (and other varying axes), columns by policy."""
+    es = entries(run)
+    tables = []
+    for fam in sorted({e.family for e in es}):
+        if family and fam != family:
+            continue
+        fes = [e for e in es if e.family == fam]
+        cols_axes = column_axes(fes)
+        columns = sorted({series_label(e, cols_axes) for e in fes},
+                         key=lambda s: [_sort_value(a, v) for a, v in zip(cols_axes, s.split("/"))])
+        if "policy" in cols_axes:  # policy strings may contain '/'-free text only; keep their own order
+            columns = [str(v) for v in varying(fes, "policy")]
+        labels = [a for a in LABEL_AXES if a not in cols_axes and (a == "numel" or len(varying(fes, a)) > 1)]
+        for phase in sorted({e.phase for e in fes}, key=phase_key):
+            pes = [e for e in fes if e.phase == phase]
+            grid: dict[tuple, dict[str, Entry]] = defaultdict(dict)
+            for e in pes:
+                grid[tuple(e.get(a) for a in labels)][series_label(e, cols_axes)] = e
+            header = [AXIS_TITLES[a] for a in labels] + (columns if cols_axes else ["median ± std ms"])
+            rows, best = [], []
+            for key in sorted(grid, key=lambda k: [_sort_value(a, v) for a, v in zip(labels, k)]):
+                cells = grid[key]
+                lab = [format_size(v) if a == "numel" else str(v) for a, v in zip(labels, key)]
+                vals = [cells.get(c) for c in columns] if cols_axes else list(cells.values())[:1]
+                rows.append(lab + [format_cell(e) if e else "" for e in vals])
+                present = [(e.median_s, i) for i, e in enumerate(vals) if e]
+                best.append(len(labels) + min(present)[1] if len(present) > 1 else None)
+            tables.append(Table(fam, phase, header, rows, best, len(labels), any(e.mean_only for e in pes)))
+    return tables
 
 
 def _median_ms(b: dict) -> float:
     return b["stats"]["median"] * 1e3
 
 
-def adam_offload_table(path: str, policy: str | None = None) -> str:
+def adam_offload_table(path: str | Path | dict, policy: str | None = None) -> str:
     """size x dtype x impl x schedule (x nprocess): per phase median ms and GB/s, % of
     the same run's ceilings, ratio to torch's kernel, step ratio to its lower bound."""
-    data = load_run(path)
+    data = _as_run(path)
     rows: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for b in data["benchmarks"]:
         x = b["extra_info"]
@@ -43,9 +220,9 @@ def adam_offload_table(path: str, policy: str | None = None) -> str:
     return "\n".join(out)
 
 
-def family_table(path: str, family: str) -> str:
+def family_table(path: str | Path | dict, family: str) -> str:
     """Generic: one row per entry with its id, median ms and GB/s."""
-    data = load_run(path)
+    data = _as_run(path)
     out = ["| case | median ms | IQR ms | GB/s |", "|---|---|---|---|"]
     for b in sorted(data["benchmarks"], key=lambda b: b["name"]):
         x = b["extra_info"]
