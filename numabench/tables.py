@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cases import format_size
+from .errors import UsageError
 from .seedcsv import load_run
 
 # Axes in the order rows are labelled and sorted (size last: a table reads down by size).
@@ -48,8 +49,20 @@ def _as_run(run: str | Path | dict) -> dict:
     return run if isinstance(run, dict) else load_run(run)
 
 
-def entries(run: str | Path | dict) -> list[Entry]:
-    """The run's numabench benchmarks (those with extra_info.family), in file order."""
+def parse_where(items: list[str] | None) -> dict[str, str]:
+    """['impl=ours', 'dtype=fp32'] -> {'impl': 'ours', 'dtype': 'fp32'}."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or key.strip() not in AXIS_TITLES:
+            raise UsageError(f"bad --where {item!r}: write AXIS=VALUE with AXIS one of {', '.join(AXIS_TITLES)}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def entries(run: str | Path | dict, where: dict | None = None) -> list[Entry]:
+    """The run's numabench benchmarks (those with extra_info.family), in file order; ``where``
+    keeps those whose axes have the given values (compared as text; numel also as 12.8M)."""
     out = []
     for b in _as_run(run)["benchmarks"]:
         x = b.get("extra_info") or {}
@@ -58,6 +71,9 @@ def entries(run: str | Path | dict) -> list[Entry]:
         st = b["stats"]
         mean_only = x.get("stats_from") == "mean only"
         axes = {k: x[k] for k in ("nprocess", "numel", "dtype", "policy", *EXTRA_AXES) if k in x}
+        if where and not all(str(axes.get(k)) == v or (k == "numel" and k in axes and format_size(axes[k]) == v)
+                             for k, v in where.items()):
+            continue
         gbps = x.get("GBps")
         out.append(Entry(x["family"], x["phase"], axes, st["median"], None if mean_only else st.get("stddev"),
                          st.get("mean", st["median"]), float(gbps) if isinstance(gbps, (int, float)) else None,
@@ -152,9 +168,9 @@ class Table:
         return "\n".join(out)
 
 
-def grouped_tables(run: str | Path | dict, family: str | None = None) -> list[Table]:
+def grouped_tables(run: str | Path | dict, family: str | None = None, where: dict | None = None) -> list[Table]:
     """Per family and phase: rows by size (and other varying axes), columns by policy."""
-    es = entries(run)
+    es = entries(run, where)
     tables = []
     for fam in sorted({e.family for e in es}):
         if family and fam != family:
