@@ -4,7 +4,11 @@ Each request goes to every rank before any reply is read, so ranks start each
 step together (the parent is the barrier). Replies are awaited with a deadline;
 a rank that dies, raises or stays silent fails the whole group with its rank
 and the tail of its stderr, and every worker is killed (its process group
-too) before the error propagates.
+too) before the error propagates. The same happens when the parent itself is
+interrupted (KeyboardInterrupt, SIGTERM turned into an exception): leaving
+the ``with`` block on an exception ends every worker within about a second.
+Workers also die with their parent (PR_SET_PDEATHSIG, set in workers.main),
+so start a group from a thread that outlives it (the main thread).
 """
 from __future__ import annotations
 
@@ -20,12 +24,17 @@ from ..errors import WorkerError
 from .protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
 STDERR_TAIL_LINES = 30
+CLOSE_GRACE_S = 5.0  # a healthy worker's time to leave after OP_EXIT
+FAIL_GRACE_S = 1.0  # the same when the group is failing or interrupted
 
 
 class WorkerGroup:
     def __init__(self, commands: Sequence[Sequence[str]], env: dict[str, str] | Sequence[dict[str, str]],
                  timeout_s: float = 300.0) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"worker timeout {timeout_s!r} s: allowed a positive number of seconds")
         self.timeout_s = timeout_s
+        self.closed = False
         self.procs: list[subprocess.Popen] = []
         self._stderr = []
         self._buffers: list[bytes] = []
@@ -44,8 +53,8 @@ class WorkerGroup:
     def __enter__(self) -> "WorkerGroup":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(grace_s=CLOSE_GRACE_S if exc_type is None else FAIL_GRACE_S)
 
     @property
     def pids(self) -> list[int]:
@@ -53,6 +62,8 @@ class WorkerGroup:
 
     def stderr_tail(self, rank: int, lines: int = STDERR_TAIL_LINES) -> str:
         f = self._stderr[rank]
+        if f.closed:
+            return ""
         f.flush()
         f.seek(0)
         text = f.read().decode(errors="replace")
@@ -70,7 +81,7 @@ class WorkerGroup:
 
     def _fail(self, rank: int, message: str) -> None:
         tail = self.stderr_tail(rank)
-        self.close()
+        self.close(grace_s=FAIL_GRACE_S)
         raise WorkerError(message, rank=rank, stderr_tail=tail)
 
     def _receive(self, timeout_s: float) -> list[dict[str, Any]]:
@@ -130,14 +141,17 @@ class WorkerGroup:
         """One lockstep round; ``payload`` (e.g. the variant) goes to every rank."""
         return [r["times"] for r in self.request({"op": OP_STEP, **(payload or {})}, timeout_s)]
 
-    def close(self, grace_s: float = 5.0) -> None:
-        """Ask politely, then kill each worker's whole process group."""
+    def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
+        """Ask politely, then kill each worker's whole process group. Idempotent; safe to
+        call while an exception (an interrupt) is propagating."""
+        if self.closed:
+            return
         for p in self.procs:
             if p.poll() is None and p.stdin is not None:
                 try:
                     p.stdin.write(encode({"op": OP_EXIT}))
                     p.stdin.close()
-                except OSError:
+                except (OSError, ValueError):
                     pass
         deadline = time.monotonic() + grace_s
         for p in self.procs:
@@ -150,7 +164,10 @@ class WorkerGroup:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-                p.wait()
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:  # unkillable (D state); nothing more to do
+                    pass
             else:
                 try:  # grandchildren left behind in the worker's session
                     os.killpg(p.pid, signal.SIGKILL)
@@ -162,7 +179,9 @@ class WorkerGroup:
                         stream.close()
                     except OSError:
                         pass
-        self.procs_closed = True
+        for f in self._stderr:
+            f.close()
+        self.closed = True
 
 
 def _describe_exit(code: int | None) -> str:

@@ -5,14 +5,25 @@ place, touch, check correctness; returns info such as the placement report)
 and ``step(variant=...) -> dict[str, float]`` (one timed round, seconds per
 phase; ``variant`` holds the family's worker-axis values when it has any), and
 optionally ``close()``.
+
+Fault injection (tests of the suite itself): env ``NUMABENCH_FAULT``, see
+numabench.faults. Faults fire here, for every family: ``setup`` ones after the
+family's setup (so ``oom`` is an allocation on top of the placed buffers),
+``stepN`` ones before the N-th step request is carried out.
+
+A worker also asks the kernel to SIGKILL it when its parent dies
+(PR_SET_PDEATHSIG), so a parent killed without cleanup leaves no worker behind.
 """
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
+import signal
 import sys
 import traceback
 
+from .. import faults as faultlib
 from .protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
 FAMILY_MODULES = {
@@ -21,23 +32,53 @@ FAMILY_MODULES = {
     "cpu_adam": "numabench.workers.cpu_adam",
     "host_membw": "numabench.workers.host_membw",
 }
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when the parent that started it goes away."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent already went before prctl took effect
+        os._exit(1)
 
 
 def main() -> int:
+    die_with_parent()
     proto_fd = os.dup(1)
     os.dup2(2, 1)  # anything printed goes to stderr, never into the protocol stream
     out = os.fdopen(proto_fd, "wb", buffering=0)
     family = sys.argv[1]
     worker = None
+    rank = gpu = None
+    nstep = 0
+    faults: list[faultlib.Fault] = []
+    fault_error: Exception | None = None
+    try:
+        faults = faultlib.from_env()
+    except Exception as e:  # reported with the setup reply
+        fault_error = e
     for raw in sys.stdin.buffer:
         msg = decode(raw)
         op = msg.get("op")
         try:
             if op == OP_SETUP:
+                if fault_error is not None:
+                    raise fault_error
+                spec = msg["spec"]
+                rank, gpu = spec.get("rank"), spec.get("gpu")
                 module = importlib.import_module(FAMILY_MODULES[family])
-                worker = module.Worker(msg["spec"])
-                reply = {"ok": True, "info": worker.setup()}
+                worker = module.Worker(spec)
+                info = worker.setup()
+                faultlib.fire(faults, "setup", None, rank, gpu)
+                reply = {"ok": True, "info": info}
             elif op == OP_STEP:
+                nstep += 1
+                faultlib.fire(faults, "step", nstep, rank, gpu)
                 reply = {"ok": True, "times": worker.step(**({"variant": msg["variant"]} if msg.get("variant") else {}))}
             elif op == OP_EXIT:
                 if worker is not None and hasattr(worker, "close"):
@@ -48,6 +89,8 @@ def main() -> int:
                 reply = {"ok": False, "error": f"unknown op {op!r}"}
         except Exception as e:  # reported to the parent, which fails the case with it
             reply = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+            # The parent shows the tail of stderr: let the error be its last lines.
+            print(f"numabench worker (rank {rank}): {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         out.write(encode(reply))
         if not reply["ok"]:
             return 1
