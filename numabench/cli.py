@@ -1,4 +1,4 @@
-"""Command line: ``numabench topo|build|csv``. The only place that prints."""
+"""Command line: ``numabench topo|build|csv|import-csv|report|compare``. The only place that prints."""
 from __future__ import annotations
 
 import argparse
@@ -49,6 +49,44 @@ def cmd_csv(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_csv(ns: argparse.Namespace) -> int:
+    from .csvimport import import_csv
+
+    run = import_csv(ns.csv_file, gpus=ns.gpu, dtype=ns.dtype, impl=ns.impl, schedule=ns.schedule,
+                     cpu_model=ns.cpu, numa_nodes=ns.numa_nodes, hardware_key=ns.hardware_key)
+    out = ns.out
+    try:
+        with open(out, "w") as f:
+            json.dump(run, f, indent=2)
+            f.write("\n")
+    except OSError as e:
+        print(f"numabench: cannot write {out}: {e.strerror}", file=sys.stderr)
+        return 2
+    rows = len(run["benchmarks"]) // 3
+    print(f"{ns.csv_file}: {rows} rows -> {len(run['benchmarks'])} benchmarks (means only) in {out} "
+          f"[{run['machine_info']['numabench']['hardware_key']}]")
+    return 0
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    from .report import build_report
+    from .tables import parse_where
+
+    rep = build_report(ns.run_json, ns.out, family=ns.family, where=parse_where(ns.where), plots=not ns.no_plots)
+    sys.stdout.write(rep.markdown if ns.markdown else rep.text)
+    if rep.markdown_path:
+        print(f"\nwrote {rep.markdown_path} and {len(rep.images)} plot(s) in {rep.markdown_path.parent}")
+    return 0
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    from .compare import compare_runs, render
+
+    res = compare_runs(ns.old, ns.new, threshold=ns.threshold, alpha=ns.alpha, allow_foreign=ns.allow_foreign)
+    print(render(res, show="changed" if ns.changed_only else "all"))
+    return res.exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="numabench", description="NUMA-aware GPU offload benchmarks")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,6 +104,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--impl", default="ours", help="which kernel's rows: ours or torch")
     p.add_argument("--schedule", default="serial", help="which schedule's rows: serial or overlap")
     p.set_defaults(func=cmd_csv)
+    p = sub.add_parser("import-csv", help="convert a seed benchmark CSV into a pytest-benchmark-shaped run JSON")
+    p.add_argument("csv_file", help="CSV with the seed's columns (numa_weight after numa_nodes when weighted)")
+    p.add_argument("--out", required=True, help="where to write the run JSON")
+    p.add_argument("--gpu", action="extend", nargs="+", metavar="NAME",
+                   help="GPU model(s) of the machine that made the CSV, e.g. 'NVIDIA H100 80GB HBM3' "
+                        "(one name: that many as the CSV's largest ngpus)")
+    p.add_argument("--cpu", default="unknown", help="CPU model of that machine (for the hardware key)")
+    p.add_argument("--numa-nodes", type=int, default=None, help="its NUMA node count (default: from numa_nodes)")
+    p.add_argument("--hardware-key", default=None, help="set the hardware key instead of deriving it")
+    p.add_argument("--dtype", default="fp32", help="dtype of the rows (the seed CSV has no dtype column)")
+    p.add_argument("--impl", default=None, help="stamp an impl (e.g. ours) so names match new runs")
+    p.add_argument("--schedule", default=None, help="stamp a schedule (e.g. serial) so names match new runs")
+    p.set_defaults(func=cmd_import_csv)
+    p = sub.add_parser("report", help="tables (terminal / Markdown) and PNG plots of a run")
+    p.add_argument("run_json", help="a saved run (baselines/.../NNNN_name.json), --benchmark-json file or import")
+    p.add_argument("--out", default=None, help="directory for report.md and the PNGs (none: tables only)")
+    p.add_argument("--markdown", action="store_true", help="print the Markdown (report.md) instead of text tables")
+    p.add_argument("--family", default=None, help="only this family")
+    p.add_argument("--where", action="append", metavar="AXIS=VALUE",
+                   help="only benchmarks with this axis value, e.g. --where dtype=fp32 --where impl=ours")
+    p.add_argument("--no-plots", action="store_true", help="write report.md without PNGs")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("compare", help="compare run NEW against baseline OLD (threshold on medians + "
+                                       "Mann-Whitney U on per-round data); exit 1 on a significant regression")
+    p.add_argument("old", help="baseline run JSON")
+    p.add_argument("new", help="new run JSON")
+    p.add_argument("--threshold", default="5%", help="smallest change of the median that counts (default 5%%)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the U test (default 0.05)")
+    p.add_argument("--allow-foreign", action="store_true", help="compare runs from different hardware keys")
+    p.add_argument("--changed-only", action="store_true", help="list only benchmarks whose verdict is not 'same'")
+    p.set_defaults(func=cmd_compare)
     ns = parser.parse_args(argv)
     try:
         return ns.func(ns)
