@@ -5,11 +5,26 @@ nodeN``, root only). Kernels from 6.16 also have an auto-tuning switch that
 turns off as soon as a weight is written; it is restored too. Its file is
 ``auto``; some kernels built with C23 show it as ``__auto_type`` (the macro
 that names the attribute expands the keyword), so both names are accepted.
+
+Turning auto mode back on makes the kernel recompute weights from firmware
+bandwidth data (HMAT/CXL, seen as ``/sys/devices/system/node/nodeN/access0/
+initiators/*_bandwidth``). Without such data the kernel refuses (ENODEV): on
+such machines a weight write turns auto mode off until reboot. The weights
+shown while auto mode is on are then all 1, so restoring the saved weights
+restores the behaviour; restore() says so in one line on stderr instead of
+failing. Weights equal to the current ones are not written at all, so a case
+asking for what is already set changes nothing.
+
+Restoration never raises over an exception already on its way out (an
+interrupt, a worker fault): it tries every file, and reports what it could not
+restore on stderr.
 """
 from __future__ import annotations
 
 import atexit
+import errno
 import os
+import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -18,6 +33,12 @@ from .errors import UsageError
 WEIGHTS_DIR = Path("/sys/kernel/mm/mempolicy/weighted_interleave")
 AUTO_NAMES = ("auto", "__auto_type")
 MAX_WEIGHT = 255
+NODE_SYSFS = Path("/sys/devices/system/node")
+
+
+def kernel_has_bandwidth_data(node_root: Path = NODE_SYSFS) -> bool:
+    """Whether firmware gave the kernel memory bandwidths (what auto mode computes weights from)."""
+    return any(node_root.glob("node[0-9]*/access[0-9]*/initiators/*_bandwidth"))
 
 
 def auto_mode_file(weights_dir: Path = WEIGHTS_DIR) -> Path | None:
@@ -49,9 +70,11 @@ class WeightSetting:
 
     Restoration also runs at interpreter exit if the block never finished
     (e.g. the process is being torn down by a signal turned into SystemExit).
+    ``problems`` lists, after restore(), what could not be put back.
     """
 
-    def __init__(self, weights: Mapping[int, int], weights_dir: Path = WEIGHTS_DIR) -> None:
+    def __init__(self, weights: Mapping[int, int], weights_dir: Path = WEIGHTS_DIR,
+                 node_root: Path = NODE_SYSFS) -> None:
         for node, w in weights.items():
             if not 1 <= w <= MAX_WEIGHT:
                 raise UsageError(f"weight {w} for node {node} is out of range: allowed 1..{MAX_WEIGHT}")
@@ -59,6 +82,8 @@ class WeightSetting:
         self.dir = Path(weights_dir)
         self._saved: dict[int, int] | None = None
         self._saved_auto: str | None = None
+        self.node_root = Path(node_root)
+        self.problems: list[str] = []  # what restore() could not put back
 
     def __enter__(self) -> "WeightSetting":
         if not self.dir.is_dir():
@@ -73,24 +98,47 @@ class WeightSetting:
         atexit.register(self.restore)
         try:
             for node, w in self.weights.items():
-                _write(self.dir / f"node{node}", str(w))
+                if current[node] != w:
+                    _write(self.dir / f"node{node}", str(w))
         except OSError as e:
-            self.restore()
+            self.restore(raise_errors=False)
             raise PermissionError(f"cannot write weighted interleave weights in {self.dir}: {e.strerror}; "
                                   "this needs root") from e
         return self
 
-    def restore(self) -> None:
+    def restore(self, raise_errors: bool = True) -> None:
+        """Put back the saved weights and auto mode. Tries everything; with ``raise_errors``
+        a failure to write a node weight raises after all were tried, else it is reported."""
         if self._saved is None:
             return
         saved, self._saved = self._saved, None
         atexit.unregister(self.restore)
+        failed: list[str] = []
         for node, w in saved.items():
-            _write(self.dir / f"node{node}", str(w))
+            path = self.dir / f"node{node}"
+            try:
+                if read_weights(self.dir).get(node) != w:
+                    _write(path, str(w))
+            except OSError as e:
+                failed.append(f"{path}={w} ({e.strerror or e})")
         auto = auto_mode_file(self.dir)
-        if auto is not None and self._saved_auto is not None and auto.read_text().strip() != self._saved_auto:
-            # Writing "true" makes the kernel recompute weights from firmware bandwidth data, as before.
-            _write(auto, self._saved_auto)
+        try:
+            if auto is not None and self._saved_auto is not None and auto.read_text().strip() != self._saved_auto:
+                # Writing "true" makes the kernel recompute weights from firmware bandwidth data, as before.
+                _write(auto, self._saved_auto)
+        except OSError as e:
+            if e.errno == errno.ENODEV and not kernel_has_bandwidth_data(self.node_root):
+                self.problems.append(
+                    f"{auto} stays 'false': the kernel has no firmware bandwidth data to turn auto mode back on "
+                    f"(ENODEV); node weights are back to {saved}, the values auto mode showed")
+            else:
+                failed.append(f"{auto}={self._saved_auto} ({e.strerror or e})")
+        self.problems += [f"could not restore {f}" for f in failed]
+        for p in self.problems:
+            print(f"numabench.weights: {p}", file=sys.stderr, flush=True)
+        if failed and raise_errors:
+            raise OSError(f"could not restore weighted interleave settings: {'; '.join(failed)}")
 
-    def __exit__(self, *exc: object) -> None:
-        self.restore()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        # Never replace an exception already on its way out (an interrupt, a worker fault).
+        self.restore(raise_errors=exc_type is None)

@@ -1,0 +1,109 @@
+"""Baseline storage that two suites started at once cannot corrupt, and strict loading.
+
+pytest-benchmark's FileStorage picks the next run number by listing the
+directory and then writes the file in place: two sessions saving at once can
+both pick 0007, and one truncated file can be read by a third. ``LockedFileStorage``
+(installed by fixtures/plugin.py for ``file://`` storages) numbers and saves
+under an exclusive flock on ``<dir>/.numabench-save.lock``, writes the JSON to
+a temporary file first (fsynced) and publishes it with ``os.link``, which fails
+rather than replaces when the name exists (then the next number is tried). A
+reader never sees a half-written run, and no run overwrites another, even on
+file systems where flock is a no-op.
+
+``check_baselines`` reads the runs a ``--benchmark-compare`` would load and
+turns a corrupt or truncated one into a one-line usage error; pytest-benchmark
+itself would only warn and compare against nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from pytest_benchmark.storage.file import FileStorage
+from pytest_benchmark.utils import safe_dumps
+
+from .errors import UsageError
+
+LOCK_NAME = ".numabench-save.lock"
+MAX_TRIES = 1000
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def publish(path: Path, data: bytes) -> bool:
+    """Create ``path`` with ``data`` atomically; False (and nothing written) if it exists."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+class LockedFileStorage(FileStorage):
+    @classmethod
+    def adopt(cls, storage: FileStorage) -> "LockedFileStorage":
+        new = cls(storage.path, storage.logger, storage.default_machine_id)
+        new._cache = storage._cache
+        return new
+
+    def save(self, output_json: dict[str, Any], save: str) -> Path:
+        data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
+        folder = self.get("x").parent  # creates <storage>/<machine id>/
+        with exclusive_lock(folder / LOCK_NAME):
+            for _ in range(MAX_TRIES):
+                output_file = self.get(f"{self._next_num}_{save}.json")
+                if publish(output_file, data):
+                    break
+            else:
+                raise RuntimeError(f"could not find a free run number in {folder} after {MAX_TRIES} tries")
+        self.logger.info(f"Saved benchmark data in: {output_file}")
+        return output_file
+
+
+def check_run_file(path: Path, what: str) -> None:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf8"))
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{what}: baseline {path} is not valid JSON ({e.msg}: line {e.lineno} column "
+                         f"{e.colno}): corrupt or truncated; allowed a complete pytest-benchmark run file "
+                         "(re-save it or delete it)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{what}: baseline {path} cannot be read ({e})") from None
+    benches = data.get("benchmarks") if isinstance(data, dict) else None
+    if not isinstance(benches, list) or not all(isinstance(b, dict) and isinstance(b.get("stats"), dict)
+                                                and "fullname" in b for b in benches):
+        raise UsageError(f"{what}: baseline {path} is not a pytest-benchmark run (no 'benchmarks' list with "
+                         "'fullname' and 'stats' in each entry)")
+
+
+def check_baselines(storage: FileStorage, compare: Any) -> list[Path]:
+    """The files ``--benchmark-compare=compare`` would load, each checked; raises UsageError."""
+    if compare is True:
+        files = storage.query("[0-9][0-9][0-9][0-9]_")[-1:]
+    else:
+        files = storage.query(*(compare if isinstance(compare, (list, tuple)) else [compare]))
+    for f in files:
+        check_run_file(f, "--benchmark-compare")
+    return files
