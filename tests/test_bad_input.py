@@ -1,0 +1,178 @@
+"""Bad input: each is one line naming the value and what is allowed, pytest's usage-error
+exit code (4) before anything runs, and nothing half-written (no --benchmark-json file
+left behind, no saved run, no weight changed). Cases this machine cannot run (a node it
+lacks, more GPUs than it has) stay skips with the reason, so one matrix serves many
+machines."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import fixtures.plugin as plugin
+from numabench.capabilities import probe
+from numabench.cases import Case
+from numabench.errors import UsageError
+from numabench.families import family_module
+from numabench.policy import Policy
+from numabench.topology import discover
+from numabench.weights import WEIGHTS_DIR, WeightSetting, auto_mode_file, read_weights
+
+ROOT = Path(__file__).resolve().parents[1]
+MACHINES = ROOT / "tests" / "data" / "machines"
+
+
+def run_suite(tmp_path: Path, *args: str, test: str = "benchmarks/test_touch.py") -> tuple[subprocess.CompletedProcess, Path]:
+    out_json = tmp_path / "run.json"
+    cmd = [sys.executable, "-m", "pytest", test, "-p", "no:cacheprovider", "-q",
+           f"--benchmark-json={out_json}", f"--benchmark-storage=file://{tmp_path / 'store'}", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120), out_json
+
+
+BAD = [
+    pytest.param("--numa-policies=foo:1", "unknown policy kind 'foo' in 'foo:1': allowed default, local, bind:N",
+                 id="unknown-policy-kind"),
+    pytest.param("--numa-policies=bind:5000", "node 5000 in 'bind:5000' does not exist: allowed node ids 0..1023",
+                 id="node-id-out-of-range"),
+    pytest.param("--numa-policies=bind:-1", "bad node entry '-1'", id="negative-node"),
+    pytest.param("--numa-policies=weighted:0=0", "weight 0 for node 0 in 'weighted:0=0' is out of range: allowed 1..255",
+                 id="weight-0"),
+    pytest.param("--numa-policies=weighted:0=256",
+                 "weight 256 for node 0 in 'weighted:0=256' is out of range: allowed 1..255", id="weight-256"),
+    pytest.param("--param-sizes=0", "bad size '0' in '0': must be a positive whole number of elements", id="size-0"),
+    pytest.param("--param-sizes=-4M", "bad size '-4M' in '-4M': must be a positive whole number", id="size-negative"),
+    pytest.param("--param-sizes=1G --numa-host-memory=1", "size 1G (1000000000 elements, 1.9 GiB at 2 bytes each) is "
+                 "larger than this machine's memory (1.0 GiB): allowed up to 536870912 elements", id="size-beyond-memory"),
+    pytest.param("--param-sizes=1M,,2M", "empty entry in sizes '1M,,2M'", id="sizes-empty-entry"),
+    pytest.param("--param-sizes=12x", "bad size '12x' in '12x': allowed are positive element counts", id="size-junk"),
+    pytest.param("--dtypes=fp8", "unknown dtype 'fp8': allowed fp32, fp16, bf16", id="unknown-dtype"),
+    pytest.param("--nprocess=0", "bad nprocess list '0': allowed positive integers", id="nprocess-0"),
+    pytest.param("--numa-rounds=0", "--numa-rounds=0: allowed an integer >= 1", id="rounds-0"),
+    pytest.param("--numa-timeout=-1", "--numa-timeout=-1.0: allowed a positive finite number", id="timeout-negative"),
+]
+
+
+@pytest.mark.parametrize("arg, message", BAD)
+def test_bad_option_is_one_line_usage_error(arg, message, tmp_path):
+    proc, out_json = run_suite(tmp_path, *arg.split(" "), "--benchmark-save=never")
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(errors) == 1 and errors[0].startswith("ERROR: --"), proc.stderr
+    assert message in errors[0]
+    assert arg.split("=", 1)[0] in errors[0]  # names the option
+    assert not out_json.exists(), "an empty --benchmark-json file was left behind"
+    assert not list((tmp_path / "store").rglob("*.json")) if (tmp_path / "store").exists() else True
+
+
+def _make_baseline(tmp_path: Path, text: str) -> Path:
+    from pytest_benchmark.utils import get_machine_id
+    d = tmp_path / "store" / get_machine_id()
+    d.mkdir(parents=True)
+    f = d / "0001_base.json"
+    f.write_text(text)
+    return f
+
+
+GOOD_RUN = {"machine_info": {}, "benchmarks": [{"fullname": "x", "stats": {"median": 1.0}}]}
+
+
+@pytest.mark.parametrize("text, message", [
+    (json.dumps(GOOD_RUN)[:40], "is not valid JSON (Unterminated string starting at: line 1 column"),
+    ("", "is not valid JSON (Expecting value: line 1 column 1): corrupt or truncated"),
+    (json.dumps({"machine_info": {}}), "is not a pytest-benchmark run (no 'benchmarks' list"),
+], ids=["truncated", "empty", "not-a-run"])
+def test_corrupt_baseline_for_compare_is_a_usage_error(text, message, tmp_path):
+    f = _make_baseline(tmp_path, text)
+    proc, out_json = run_suite(tmp_path, "--benchmark-compare=0001", "--param-sizes=1M", "--numa-policies=default")
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert line.startswith(f"ERROR: --benchmark-compare: baseline {f} ") and message in line, line
+    assert not out_json.exists()
+    assert f.read_text() == text  # untouched
+
+
+def test_corrupt_run_for_numabench_csv_is_one_line(tmp_path):
+    f = tmp_path / "0001_cut.json"
+    f.write_text(json.dumps(GOOD_RUN)[:40])
+    proc = subprocess.run([sys.executable, "-m", "numabench", "csv", str(f)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2  # the CLI's usage-error code (argparse's)
+    assert proc.stdout == ""  # no half CSV
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"numabench: run file {f} is not valid JSON") and "corrupt or truncated" in line
+
+
+# -- in-process checks of the same validation -------------------------------------------
+
+def fake_config(caps=None, **options) -> types.SimpleNamespace:
+    defaults = {"nprocess": None, "param_sizes": None, "numa_policies": None, "dtypes": None, "numa_rounds": None,
+                "numa_warmup": None, "numa_timeout": 600.0, "numa_tolerance": 2.0, "numa_host_memory": None,
+                "benchmark_compare": [], "benchmark_storage": "", "benchmark_skip": False, "dist": "no"}
+    defaults.update(options)
+    stash = pytest.Stash()
+    stash[plugin._topology_key] = discover("/")
+    stash[plugin._caps_key] = caps or probe()
+    return types.SimpleNamespace(getoption=lambda name, default=None: defaults.get(name, default),
+                                 option=types.SimpleNamespace(**defaults), stash=stash)
+
+
+def test_weighted_policy_without_root_is_a_usage_error():
+    """Simulated: the capability probe found the weights not writable (as for a non-root user)."""
+    from dataclasses import replace
+    cfg = fake_config(caps=replace(probe(), weights_dir=True, weights_writable=False),
+                      numa_policies="default;weighted:0=7")
+    with pytest.raises(UsageError) as info:
+        plugin.validate_options(cfg)
+    msg = str(info.value)
+    assert msg.startswith("--numa-policies: weighted:0=7 sets weights in /sys/kernel/mm/mempolicy/weighted_interleave,"
+                          " which this user (uid ") and "allowed without root are the other policy kinds" in msg
+    plugin.validate_options(fake_config(caps=replace(probe(), weights_dir=True, weights_writable=False),
+                                        numa_policies="default;bind:0"))
+
+
+@pytest.mark.skipif(not (WEIGHTS_DIR / "node0").exists() or os.geteuid() != 0,
+                    reason="needs the real weights directory and root (to drop to nobody)")
+def test_weights_write_as_non_root_fails_in_one_line_and_changes_nothing():
+    """A real non-root writer (a forked child that dropped to uid nobody) against the real sysfs."""
+    before = (read_weights(), auto_mode_file().read_text() if auto_mode_file() else None)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            with WeightSetting({0: 1 if before[0][0] != 1 else 2}):
+                msg = "no error"
+        except BaseException as e:
+            msg = f"{type(e).__name__}: {e}"
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as fh:
+        msg = fh.read()
+    os.waitpid(pid, 0)
+    assert msg == ("PermissionError: cannot write weighted interleave weights in "
+                   "/sys/kernel/mm/mempolicy/weighted_interleave: Permission denied; this needs root")
+    assert (read_weights(), auto_mode_file().read_text() if auto_mode_file() else None) == before
+
+
+def test_nprocess_beyond_gpus_is_a_skip_with_the_reason():
+    fam = family_module("adam_offload").FAMILY
+    topo = discover(MACHINES / "h200x2-vm")
+    case = Case("adam_offload", 4, 1 << 20, Policy.parse("default"), "fp32",
+                tuple((k, v[0]) for k, v in fam.extra_axes.items()))
+    assert fam.skip_reason(case, topo, probe()) == "nprocess=4 needs 4 GPUs; this machine has 2"
+
+
+def test_node_missing_on_this_machine_is_a_skip_with_the_reason(tmp_path):
+    missing = max(discover("/").node_ids) + 1
+    proc, _ = run_suite(tmp_path, f"--numa-policies=bind:{missing}", "--param-sizes=1M", "-rs")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"policy bind:{missing} needs NUMA node(s) {missing} with memory; this machine has" in proc.stdout
