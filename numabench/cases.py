@@ -171,9 +171,10 @@ class Family:
         host_need = case.numel * self.host_bytes_per_element(case)
         host_have = host_memory_bytes or sum(n.mem_total_bytes for n in topology.nodes)
         if host_need > 0.8 * host_have:
+            have = (f"--numa-host-memory gives {host_have / 2**30:.1f} GiB" if host_memory_bytes else
+                    f"MemTotal reads {host_have / 2**30:.1f} GiB")
             return (f"size {format_size(case.numel)} needs {host_need / 2**30:.1f} GiB of host memory; "
-                    f"MemTotal reads {host_have / 2**30:.1f} GiB (80% usable; on a VM whose memory grows "
-                    "as it is used, pass --numa-host-memory=GiB)")
+                    f"{have} (80% usable; on a VM whose memory grows as it is used, pass --numa-host-memory=GiB)")
         if topology.gpus and self.needs_gpu:
             dev_need = case.numel_per_rank * self.device_bytes_per_element(case)
             dev_have = min(g.memory_bytes for g in topology.gpus[: case.nprocess]) or float("inf")

@@ -29,7 +29,7 @@ def load_run(path: str | Path) -> dict:
     except FileNotFoundError:
         raise UsageError(f"run file {path} does not exist") from None
     except json.JSONDecodeError as e:
-        raise UsageError(f"run file {path} is not valid JSON ({e.msg} at line {e.lineno}): corrupt or truncated") \
+        raise UsageError(f"run file {path} is not valid JSON ({e}): corrupt or truncated") \
             from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise UsageError(f"run file {path} has no 'benchmarks' list: not a pytest-benchmark JSON")

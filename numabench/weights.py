@@ -22,9 +22,9 @@ restore on stderr.
 from __future__ import annotations
 
 import atexit
+import warnings
 import errno
 import os
-import sys
 from pathlib import Path
 from typing import Mapping
 
@@ -134,8 +134,8 @@ class WeightSetting:
             else:
                 failed.append(f"{auto}={self._saved_auto} ({e.strerror or e})")
         self.problems += [f"could not restore {f}" for f in failed]
-        for p in self.problems:
-            print(f"numabench.weights: {p}", file=sys.stderr, flush=True)
+        for p in self.problems:  # library code warns; pytest and the CLI show it
+            warnings.warn(f"numabench.weights: {p}", RuntimeWarning, stacklevel=2)
         if failed and raise_errors:
             raise OSError(f"could not restore weighted interleave settings: {'; '.join(failed)}")
 
