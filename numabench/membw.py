@@ -10,20 +10,21 @@ from .policy import Policy
 from .runner import run_variants
 from .topology import Topology
 
-MATRIX_ELEMS = 32 * 2**20  # 128 MiB per array, 3 arrays
+MATRIX_ELEMS = 16 * 2**20  # 64 MiB per array, 4 arrays
+KERNELS = ("copy", "triad", "adam_pattern")
 
 
 def bandwidth_matrix(topo: Topology, caps: Capabilities, numel: int = MATRIX_ELEMS, rounds: int = 10) -> dict:
-    """{"kernel": "triad", "rows": {cpu_node: {policy: GB/s}}} for copy and triad (decimal GB/s,
+    """{kernel: {cpu_node: {policy: GB/s}}} for copy, triad and adam_pattern (decimal GB/s,
     write-allocate not counted)."""
     mod = family_module("host_membw")
     fam = mod.FAMILY
     policies = [Policy.parse(f"bind:{n}") for n in topo.memory_node_ids] + [Policy.parse("interleave:all")]
-    out: dict = {"unit": "GB/s (decimal), write-allocate not counted", "copy": {}, "triad": {}}
+    out: dict = {"unit": "GB/s (decimal), write-allocate not counted", **{k: {} for k in KERNELS}}
     for cpu_node in topo.cpu_node_ids:
         for pol in policies:
             case = Case("host_membw", 1, numel, pol, "fp32")
-            variants = [(("kernel", "copy"),), (("kernel", "triad"),)]
+            variants = [(("kernel", k),) for k in KERNELS]
             results = run_variants(case, variants, fam, topo, caps, rounds=rounds, warmup=2,
                                    spec_extra=None, rank_nodes=[cpu_node])
             for res in results:
@@ -34,7 +35,7 @@ def bandwidth_matrix(topo: Topology, caps: Capabilities, numel: int = MATRIX_ELE
 
 def render_matrix(matrix: dict) -> str:
     lines = []
-    for kernel in ("copy", "triad"):
+    for kernel in KERNELS:
         rows = matrix[kernel]
         cols = list(next(iter(rows.values())).keys()) if rows else []
         lines.append(f"host memory bandwidth, {kernel} ({matrix['unit']}); rows: CPU node, columns: memory policy")

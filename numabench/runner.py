@@ -127,21 +127,25 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
         bad = [p for p in placements if p.verdict and not p.verdict.ok]
         if bad:
             raise PlacementError("; ".join(f"rank {p.rank} under {p.policy}: {p.verdict.message}" for p in bad))
-        for variant in variants:
-            payload = {"variant": dict(variant)}
-            for _ in range(warmup):
+        # Variants take turns round by round, so slow drifts of a shared machine
+        # (other tenants, clocks, page migration) hit every variant alike.
+        payloads = [{"variant": dict(v)} for v in variants]
+        for _ in range(warmup):
+            for payload in payloads:
                 group.step(payload)
-            per_rank: list[dict[str, list[float]]] = [dict() for _ in ranks]
-            phases: dict[str, list[float]] = {}
-            for _ in range(rounds):
+        per_rank = [[dict() for _ in ranks] for _ in variants]
+        phases: list[dict[str, list[float]]] = [dict() for _ in variants]
+        for _ in range(rounds):
+            for k, payload in enumerate(payloads):
                 times = group.step(payload)
                 for i, t in enumerate(times):
                     for ph, v in t.items():
-                        per_rank[i].setdefault(ph, []).append(v * slowdown)
+                        per_rank[k][i].setdefault(ph, []).append(v * slowdown)
                 for ph in times[0]:
-                    phases.setdefault(ph, []).append(max(t[ph] for t in times) * slowdown)
+                    phases[k].setdefault(ph, []).append(max(t[ph] for t in times) * slowdown)
+        for k, variant in enumerate(variants):
             results.append(CaseResult(case=Case(case.family, case.nprocess, case.numel, case.policy, case.dtype,
                                                 variant),
-                                      phases=phases, per_rank=per_rank, setup_info=infos, placement=placements,
-                                      launcher=how, commands=commands, slowdown=slowdown))
+                                      phases=phases[k], per_rank=per_rank[k], setup_info=infos,
+                                      placement=placements, launcher=how, commands=commands, slowdown=slowdown))
     return results

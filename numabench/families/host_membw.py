@@ -14,21 +14,21 @@ DEFAULT_WARMUP = 2
 
 FAMILY = Family(
     key="host_membw",
-    description="Copy and triad (a = b + s*c) over three policy-placed fp32 arrays, this node's threads.",
+    description="STREAM copy, triad and Adam's 4-read/3-write pattern over policy-placed fp32 arrays.",
     phases=("time",),
     rank_kind="cpu-node",
-    default_sizes=(32 * 2**20,),  # 128 MiB per array
+    default_sizes=(16 * 2**20,),  # 64 MiB per array, like cpu_adam's default
     default_dtypes=("fp32",),
-    extra_axes={"kernel": ("copy", "triad")},
+    extra_axes={"kernel": ("copy", "triad", "adam_pattern")},
     worker_axes=("kernel",),
-    host_bytes_per_element=lambda case: 3 * 4,
+    host_bytes_per_element=lambda case: 4 * 4,
 )
 
 
 def metrics(result: CaseResult, phase: str) -> dict:
     kernel = result.case.param("kernel", "triad")
     n = result.case.numel_per_rank * result.case.nprocess
-    per_elem = BYTES_PER_ELEMENT[kernel] * 4
+    per_elem = BYTES_PER_ELEMENT[kernel]
     med = result.median(phase)
     return {"bytes": per_elem * n, "GBps": round(per_elem * n / med / 1e9, 3), "write_allocate_counted": False,
             "threads_per_rank": result.setup_info[0]["threads"]}

@@ -10,8 +10,11 @@ from typing import Iterator
 def build_all() -> Iterator[tuple[str, str]]:
     import torch
 
-    from . import cpu_adam, cuda_adam
+    from . import cpu_adam, cuda_adam, stream
 
+    t0 = time.perf_counter()
+    stream.load()
+    yield "stream", f"ready ({time.perf_counter() - t0:.1f} s)"
     t0 = time.perf_counter()
     cpu_adam.load()
     yield "cpu_adam", f"ready ({time.perf_counter() - t0:.1f} s, SIMD {cpu_adam.simd_level()})"

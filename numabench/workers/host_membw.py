@@ -1,16 +1,19 @@
-"""Family ``host_membw``, per rank: STREAM-style copy and triad with this
-node's threads over memory placed by the policy (torch ops: multi-threaded,
-one pass each; ``torch.add(b, c, alpha=s, out=a)`` is the triad)."""
+"""Family ``host_membw``, per rank: STREAM-style kernels (csrc/stream.cpp, OpenMP)
+with this node's threads over four fp32 arrays placed by the policy.
+
+Kernels: copy (b = a), triad (a = b + s*c), and adam_pattern (Adam's 4 reads
+and 3 writes without its arithmetic): a core's bandwidth grows with the streams
+it keeps in flight, so adam_pattern is the ceiling an Adam step is judged by.
+"""
 from __future__ import annotations
 
 import time
 
+from ..kernels import stream
 from ..placement import numa_maps_report, pages_report
 from .hostmem import allocate
 
-# bytes counted per element: copy reads a, writes b; triad reads b, c, writes a.
-# Write-allocate reads (the cache line fetched before it is overwritten) are NOT counted.
-BYTES_PER_ELEMENT = {"copy": 2, "triad": 3}
+BYTES_PER_ELEMENT = stream.BYTES_PER_ELEMENT  # write-allocate reads are NOT counted
 
 
 class Worker:
@@ -25,24 +28,23 @@ class Worker:
         import torch
 
         torch.set_num_threads(self.threads)
-        self.bufs = [allocate(self.numel, torch.float32, "pageable") for _ in range(3)]
+        stream.load()
+        self.bufs = [allocate(self.numel, torch.float32, "pageable") for _ in range(4)]
         g = torch.Generator().manual_seed(99)
         for b in self.bufs:
             b.tensor.uniform_(0.5, 1.5, generator=g)
-        ranges = [(b.address, b.nbytes) for b in self.bufs]
+        # Correct before timed: one pass of each kernel against torch on a small slice.
+        a, b, c, d = (x.tensor[:4099].clone() for x in self.bufs)
+        stream.run("triad", a, b, c, d, threads=self.threads)
+        if not torch.allclose(a, b + 3.0 * c):
+            raise AssertionError("stream triad disagrees with torch")
+        ranges = [(x.address, x.nbytes) for x in self.bufs]
         return {"placement": pages_report(ranges).to_dict(), "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
                 "threads": self.threads, "bytes_per_array": self.bufs[0].nbytes}
 
     def step(self, variant: dict | None = None) -> dict[str, float]:
-        import torch
-
         kernel = (variant or {}).get("kernel", "triad")
-        a, b, c = (x.tensor for x in self.bufs)
+        a, b, c, d = (x.tensor for x in self.bufs)
         t0 = time.perf_counter_ns()
-        if kernel == "copy":
-            b.copy_(a)
-        elif kernel == "triad":
-            torch.add(b, c, alpha=3.0, out=a)
-        else:
-            raise ValueError(f"unknown kernel {kernel!r}: allowed copy, triad")
+        stream.run(kernel, a, b, c, d, threads=self.threads)
         return {"time": (time.perf_counter_ns() - t0) * 1e-9}
