@@ -104,43 +104,46 @@ def _run_label(run: dict) -> str:
     return nb.get("hardware_key") or "unknown hardware"
 
 
-def latency_plots(run: dict, out: Path, family: str | None = None, where: dict | None = None) -> list[Path]:
-    plt = _plt()
-    es = entries(run, where)
-    written = []
+def _figures(es: list, family: str | None):
+    """(family, entries, series axes, phases, description) for each figure to draw."""
     for fam in sorted({e.family for e in es}):
         if family and fam != family:
             continue
         fes = [e for e in es if e.family == fam]
         series_axes = column_axes(fes)
         for group, ges in _figure_groups(fes, series_axes).items():
-            phases = sorted({e.phase for e in ges}, key=phase_key)
-            desc = _describe(group)
-            fig, axs = _panels(plt, len(phases), f"{fam}: median latency vs size  [{_context(ges, series_axes)}]"
-                               f"  {_run_label(run)}")
-            for ax, phase in zip(axs, phases):
-                lines: dict[str, list[Entry]] = defaultdict(list)
-                for e in ges:
-                    if e.phase == phase:
-                        lines[series_label(e, series_axes)].append(e)
-                for label in _series_order(lines, series_axes):
-                    pts = sorted(lines[label], key=lambda e: e.get("numel"))
-                    xs = [e.get("numel") for e in pts]
-                    ys = [e.median_s * 1e3 for e in pts]
-                    err = [0 if e.stddev_s is None else e.stddev_s * 1e3 for e in pts]
-                    ax.errorbar(xs, ys, yerr=err, marker="o", markersize=4, capsize=2, linewidth=1.4, label=label)
-                ax.set_xscale("log")
-                ax.set_yscale("log")
-                ax.set_title(PHASE_TITLES.get(phase, phase))
-                ax.set_xlabel("size (elements)")
-                ax.set_ylabel("median latency (ms)")
-                ax.grid(True, which="both", alpha=0.3)
-                sizes = sorted({e.get("numel") for e in ges})
-                ax.set_xticks(sizes, [format_size(s) for s in sizes])
-                ax.minorticks_off() if len(sizes) > 1 else None
-            _shared_legend(fig, axs, _legend_title(series_axes))
-            name = f"{_slug(fam)}_latency" + (f"_{_slug(desc)}" if desc else "") + ".png"
-            written.append(_save(fig, out / name))
+            yield fam, ges, series_axes, sorted({e.phase for e in ges}, key=phase_key), _describe(group)
+
+
+def latency_plots(run: dict, out: Path, family: str | None = None, where: dict | None = None) -> list[Path]:
+    plt = _plt()
+    written = []
+    for fam, ges, series_axes, phases, desc in _figures(entries(run, where), family):
+        fig, axs = _panels(plt, len(phases), f"{fam}: median latency vs size  [{_context(ges, series_axes)}]"
+                           f"  {_run_label(run)}")
+        for ax, phase in zip(axs, phases):
+            lines: dict[str, list[Entry]] = defaultdict(list)
+            for e in ges:
+                if e.phase == phase:
+                    lines[series_label(e, series_axes)].append(e)
+            for label in _series_order(lines, series_axes):
+                pts = sorted(lines[label], key=lambda e: e.get("numel"))
+                xs = [e.get("numel") for e in pts]
+                ys = [e.median_s * 1e3 for e in pts]
+                err = [0 if e.stddev_s is None else e.stddev_s * 1e3 for e in pts]
+                ax.errorbar(xs, ys, yerr=err, marker="o", markersize=4, capsize=2, linewidth=1.4, label=label)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(PHASE_TITLES.get(phase, phase))
+            ax.set_xlabel("size (elements)")
+            ax.set_ylabel("median latency (ms)")
+            ax.grid(True, which="both", alpha=0.3)
+            sizes = sorted({e.get("numel") for e in ges})
+            ax.set_xticks(sizes, [format_size(s) for s in sizes])
+            ax.minorticks_off() if len(sizes) > 1 else None
+        _shared_legend(fig, axs, _legend_title(series_axes))
+        name = f"{_slug(fam)}_latency" + (f"_{_slug(desc)}" if desc else "") + ".png"
+        written.append(_save(fig, out / name))
     return written
 
 
@@ -154,36 +157,29 @@ def _series_order(lines: dict, series_axes: tuple[str, ...]) -> list[str]:
 
 def bandwidth_plots(run: dict, out: Path, family: str | None = None, where: dict | None = None) -> list[Path]:
     plt = _plt()
-    es = [e for e in entries(run, where) if e.gbps is not None]
     written = []
-    for fam in sorted({e.family for e in es}):
-        if family and fam != family:
-            continue
-        fes = [e for e in es if e.family == fam]
-        series_axes = column_axes(fes)
-        for group, ges in _figure_groups(fes, series_axes).items():
-            phases = sorted({e.phase for e in ges}, key=phase_key)
-            desc = _describe(group)
-            fig, axs = _panels(plt, len(phases), f"{fam}: bandwidth per {_legend_title(series_axes)}  "
-                               f"[{_context(ges, series_axes)}]  {_run_label(run)}")
-            for ax, phase in zip(axs, phases):
-                pes = [e for e in ges if e.phase == phase]
-                sizes = sorted({e.get("numel") for e in pes})
-                labels = _series_order({series_label(e, series_axes): 1 for e in pes}, series_axes)
-                width = 0.8 / max(1, len(labels))
-                for i, label in enumerate(labels):
-                    by_size = {e.get("numel"): e for e in pes if series_label(e, series_axes) == label}
-                    xs = [j + (i - (len(labels) - 1) / 2) * width for j, s in enumerate(sizes) if s in by_size]
-                    ys = [by_size[s].gbps for s in sizes if s in by_size]
-                    ax.bar(xs, ys, width=width * 0.95, label=label)
-                ax.set_xticks(range(len(sizes)), [format_size(s) for s in sizes])
-                ax.set_title(PHASE_TITLES.get(phase, phase))
-                ax.set_xlabel("size (elements)")
-                ax.set_ylabel("bandwidth (GB/s, from the median)")
-                ax.grid(True, axis="y", alpha=0.3)
-            _shared_legend(fig, axs, _legend_title(series_axes))
-            name = f"{_slug(fam)}_bandwidth" + (f"_{_slug(desc)}" if desc else "") + ".png"
-            written.append(_save(fig, out / name))
+    for fam, ges, series_axes, phases, desc in _figures([e for e in entries(run, where) if e.gbps is not None],
+                                                        family):
+        fig, axs = _panels(plt, len(phases), f"{fam}: bandwidth per {_legend_title(series_axes)}  "
+                           f"[{_context(ges, series_axes)}]  {_run_label(run)}")
+        for ax, phase in zip(axs, phases):
+            pes = [e for e in ges if e.phase == phase]
+            sizes = sorted({e.get("numel") for e in pes})
+            labels = _series_order({series_label(e, series_axes): 1 for e in pes}, series_axes)
+            width = 0.8 / max(1, len(labels))
+            for i, label in enumerate(labels):
+                by_size = {e.get("numel"): e for e in pes if series_label(e, series_axes) == label}
+                xs = [j + (i - (len(labels) - 1) / 2) * width for j, s in enumerate(sizes) if s in by_size]
+                ys = [by_size[s].gbps for s in sizes if s in by_size]
+                ax.bar(xs, ys, width=width * 0.95, label=label)
+            ax.set_xticks(range(len(sizes)), [format_size(s) for s in sizes])
+            ax.set_title(PHASE_TITLES.get(phase, phase))
+            ax.set_xlabel("size (elements)")
+            ax.set_ylabel("bandwidth (GB/s, from the median)")
+            ax.grid(True, axis="y", alpha=0.3)
+        _shared_legend(fig, axs, _legend_title(series_axes))
+        name = f"{_slug(fam)}_bandwidth" + (f"_{_slug(desc)}" if desc else "") + ".png"
+        written.append(_save(fig, out / name))
     return written
 
 
