@@ -20,16 +20,24 @@ def cmd_topo(ns: argparse.Namespace) -> int:
         from .membw import bandwidth_matrix, render_matrix
 
         matrix = bandwidth_matrix(topo, caps)
+        from .gpubw import gpu_bandwidth_matrix, render_gpu_matrix
+
+        gpu_matrix = gpu_bandwidth_matrix(topo, caps)  # None without GPUs
     if ns.json:
         out = {"topology": topo.to_dict(), "capabilities": caps.to_dict()}
         if ns.bandwidth:
             out["bandwidth"] = matrix
+            if gpu_matrix:
+                out["gpu_bandwidth"] = gpu_matrix
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
         print(render_topology(topo, caps))
         if ns.bandwidth:
             print()
             print(render_matrix(matrix))
+            if gpu_matrix:
+                print()
+                print(render_gpu_matrix(gpu_matrix))
     return 0
 
 

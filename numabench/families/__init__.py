@@ -14,6 +14,9 @@ FAMILIES = {
     "adam_offload": "numabench.families.adam_offload",
     "cpu_adam": "numabench.families.cpu_adam",
     "host_membw": "numabench.families.host_membw",
+    "transfer": "numabench.families.transfer",
+    "pinned_alloc": "numabench.families.pinned_alloc",
+    "broadcast": "numabench.families.broadcast",
 }
 
 

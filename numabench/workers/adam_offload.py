@@ -61,7 +61,11 @@ class Worker:
         self.numel = int(spec["numel"])
         self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[spec["dtype"]]
         self.device = torch.device("cuda", int(spec["gpu"]))
-        self.alloc = spec.get("alloc", "register")
+        # alloc is a case axis, not a worker axis: every variant of one worker run carries the same value
+        allocs = {v["alloc"] for v in spec.get("variants") or [] if "alloc" in v}
+        if len(allocs) > 1:
+            raise ValueError(f"one worker run got variants with different alloc values {sorted(allocs)}")
+        self.alloc = spec.get("alloc") or (allocs.pop() if allocs else "register")
         chunk = os.environ.get("NUMABENCH_CHUNK_ELEMS") or spec.get("chunk_elems")
         self.chunk = int(chunk) if chunk else auto_chunk(self.numel, torch.empty((), dtype=self.dtype).element_size())
         self.step_no = 0
