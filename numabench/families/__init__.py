@@ -14,6 +14,7 @@ FAMILIES = {
     "adam_offload": "numabench.families.adam_offload",
     "cpu_adam": "numabench.families.cpu_adam",
     "host_membw": "numabench.families.host_membw",
+    "dataloader": "numabench.families.dataloader",
     "transfer": "numabench.families.transfer",
     "pinned_alloc": "numabench.families.pinned_alloc",
     "broadcast": "numabench.families.broadcast",

@@ -31,6 +31,7 @@ FAMILY_MODULES = {
     "adam_offload": "numabench.workers.adam_offload",
     "cpu_adam": "numabench.workers.cpu_adam",
     "host_membw": "numabench.workers.host_membw",
+    "dataloader": "numabench.workers.dataloader",
     "transfer": "numabench.workers.transfer",
     "pinned_alloc": "numabench.workers.pinned_alloc",
     "broadcast": "numabench.workers.broadcast",
