@@ -15,6 +15,7 @@ FAMILIES = {
     "cpu_adam": "numabench.families.cpu_adam",
     "host_membw": "numabench.families.host_membw",
     "dataloader": "numabench.families.dataloader",
+    "train_step": "numabench.families.train_step",
     "transfer": "numabench.families.transfer",
     "pinned_alloc": "numabench.families.pinned_alloc",
     "broadcast": "numabench.families.broadcast",

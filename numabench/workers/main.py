@@ -32,6 +32,7 @@ FAMILY_MODULES = {
     "cpu_adam": "numabench.workers.cpu_adam",
     "host_membw": "numabench.workers.host_membw",
     "dataloader": "numabench.workers.dataloader",
+    "train_step": "numabench.workers.train_step",
     "transfer": "numabench.workers.transfer",
     "pinned_alloc": "numabench.workers.pinned_alloc",
     "broadcast": "numabench.workers.broadcast",

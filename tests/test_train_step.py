@@ -1,0 +1,167 @@
+"""train_step family: the model learns, DDP over gloo keeps two ranks identical, the torchrun
+entry point runs, CPU-only skips say why; GPU modes (DDP, FSDP, FSDP + CPU offload) where CUDA is."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from numabench.capabilities import probe  # noqa: E402
+from numabench.cases import Case  # noqa: E402
+from numabench.families import family_module  # noqa: E402
+from numabench.models import build_model, count_params, lm_loss  # noqa: E402
+from numabench.policy import Policy  # noqa: E402
+from numabench.runner import run_case  # noqa: E402
+from numabench.topology import discover  # noqa: E402
+from numabench.workers.train_step import Trainer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MACHINES = Path(__file__).resolve().parent / "data" / "machines"
+TOPO = discover("/")
+CAPS = probe(first_node=(TOPO.memory_node_ids or (0,))[0])
+FAM_MOD = family_module("train_step")
+FAM = FAM_MOD.FAMILY
+
+
+@lru_cache(maxsize=None)
+def topo(name: str):
+    return discover(MACHINES / name)
+
+
+def case(mode="ddp", model="tiny", nprocess=1, batch=4, dtype="fp32", policy="default"):
+    return Case("train_step", nprocess, batch, Policy.parse(policy), dtype, (("mode", mode), ("model", model)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_model_shapes_and_same_init():
+    m1, m2 = build_model("tiny", seed=0), build_model("tiny", seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters()))
+    x = torch.randint(0, 512, (2, 64))
+    with torch.no_grad():
+        logits = m1(x)
+    assert logits.shape == (2, 64, 512)
+    assert abs(float(lm_loss(logits, x)) - torch.log(torch.tensor(512.0)).item()) < 0.5  # ~uniform at init
+    assert 100_000 < count_params(m1) < 300_000
+
+
+def test_causal_attention_does_not_see_the_future():
+    m = build_model("tiny", seed=1).eval()
+    x = torch.randint(0, 512, (1, 16))
+    y = x.clone()
+    y[0, 10:] = (y[0, 10:] + 1) % 512
+    with torch.no_grad():
+        assert torch.allclose(m(x)[0, :10], m(y)[0, :10], atol=1e-5)
+
+
+def test_loss_decreases_on_the_tiny_model():
+    tr = Trainer("ddp", "tiny", "fp32", 4, "cpu")  # no process group: the plain model
+    batch = tr.pool[0]
+    losses = [float(tr.step(batch)) for _ in range(6)]
+    assert losses[-1] < losses[0] - 0.05, losses
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_ranks_over_gloo(mode):
+    """One process group of two CPU ranks: DDP ranks end with identical parameters
+    (different data per rank, so the all-reduce is what makes them equal)."""
+    if TOPO.gpus:
+        pytest.skip("this machine has GPUs: ranks run NCCL there (the GPU tests)")
+    c = case(mode=mode, nprocess=2, batch=8)
+    res = run_case(c, FAM, TOPO, CAPS, rounds=2, warmup=0, timeout_s=120,
+                   spec_extra={"master_addr": "127.0.0.1", "master_port": free_port()})
+    a, b = res.setup_info
+    assert a["backend"] == "gloo" and a["tokens_per_step"] == 8 * 64
+    assert a["setup_losses"] != b["setup_losses"]  # each rank saw its own data
+    if mode == "ddp":
+        assert a["param_digest"] == b["param_digest"]
+    else:
+        assert a["impl"].startswith("FSDP")
+    assert all(p.verdict is None or p.verdict.ok for p in res.placement)
+    m = FAM_MOD.metrics(res, "step")
+    assert min(res.phases["step"]) > 0 and m["tokens_per_s"] > 0 and m["tflops"] > 0
+    assert m["host_bytes_by_node_per_rank"][0] and m["mem_peak_per_rank_bytes"] == [None, None]
+
+
+def test_cpu_only_skips_say_why():
+    vm = topo("vm-1node")
+    for c, words in ((case(mode="fsdp-offload"), "fsdp-offload"), (case(model="small"), "GPU size"),
+                     (case(dtype="bf16"), "bf16")):
+        reason = FAM.skip_reason(c, vm, CAPS)
+        assert reason and words in reason and "needs a CUDA GPU" in reason
+    assert FAM.skip_reason(case(), vm, CAPS) is None
+    assert FAM.skip_reason(case(mode="fsdp-offload"), topo("dgx-2socket-8gpu"), CAPS) is None
+    assert "needs 9 GPUs" in FAM.skip_reason(case(nprocess=9), topo("dgx-2socket-8gpu"), CAPS)
+
+
+def test_spec_extra_gives_a_rendezvous():
+    extra = FAM_MOD.spec_extra(case())
+    assert extra["master_addr"] == "127.0.0.1" and 0 < extra["master_port"] < 65536
+
+
+def test_torchrun_entry_point(tmp_path):
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(free_port()), "-m", "numabench.train_step_cli", "--mode", "ddp", "--model", "tiny", "--batch", "2",
+           "--steps", "2", "--warmup", "1", "--numa-policy", "local", "--json", str(out)]
+    if TOPO.gpus:
+        pytest.skip("this machine has GPUs: see test_torchrun_gpu")
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["world_size"] == 2 and r["throughput_mean"] > 0 and r["time_per_step_std"] >= 0
+    assert len(r["host_bytes_by_node_per_rank"]) == 2 and r["numa_policy"][0].startswith("bind:")
+
+
+# -- GPU ---------------------------------------------------------------------------
+gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp", "fsdp-offload"])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_modes(mode, dtype):
+    n = min(2, torch.cuda.device_count())
+    c = case(mode=mode, nprocess=n, batch=4 * n, dtype=dtype, policy="local")
+    res = run_case(c, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=600,
+                   spec_extra={"master_addr": "127.0.0.1", "master_port": free_port()})
+    infos = res.setup_info
+    assert all(i["backend"] == "nccl" for i in infos)
+    assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
+    assert all(i["peak_gpu_bytes"] > 0 for i in infos)
+    if mode == "ddp":
+        assert len({i["param_digest"] for i in infos}) == 1
+    if mode == "fsdp-offload":
+        assert all(i["placed"] == "host state" and i["host_state_bytes"] > 0 for i in infos)
+        # the offloaded state is on the host, the GPU holds far less than params + Adam state
+        assert infos[0]["host_state_bytes"] >= 3 * 4 * infos[0]["n_params"] // n * 0.9
+    m = FAM_MOD.metrics(res, "step")
+    assert m["tokens_per_s"] > 0 and m["tflops"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_torchrun_gpu(tmp_path):
+    n = min(2, torch.cuda.device_count())
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-port",
+           str(free_port()), "-m", "numabench.train_step_cli", "--mode", "fsdp-offload", "--model", "small",
+           "--batch", "2", "--dtype", "bf16", "--steps", "3", "--warmup", "2", "--numa-policy", "local",
+           "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["world_size"] == n and r["throughput_mean"] > 0 and all(b > 0 for b in r["mem_peak_per_rank_bytes"])
