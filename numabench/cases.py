@@ -93,6 +93,15 @@ class Case:
         return dict(self.extra).get(name, default)
 
 
+def parse_axis_option(text: str) -> tuple[str, list[str]]:
+    """'alloc=register,torch' -> ('alloc', ['register', 'torch'])."""
+    name, eq, values = text.partition("=")
+    vals = [v.strip() for v in values.split(",") if v.strip()]
+    if not eq or not name.strip() or not vals:
+        raise UsageError(f"bad --numa-axis {text!r}: write AXIS=VALUE[,VALUE], e.g. alloc=register,torch")
+    return name.strip(), vals
+
+
 @dataclass
 class Rank:
     """Where one rank runs: its GPU (if any), the node it calls its own, the CPUs' node."""
@@ -112,7 +121,9 @@ class Family:
     min_gpus_per_case: Callable[["Case"], int] = lambda case: 0
     default_sizes: tuple[int, ...] = ()
     default_dtypes: tuple[str, ...] = ("fp32",)
-    extra_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    extra_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # every allowed value
+    # values a plain run takes where not all of them (e.g. alloc: register only); --numa-axis widens
+    default_axis_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # extra axes one worker run covers (same placed memory, timed one after another)
     worker_axes: tuple[str, ...] = ()
     # bytes of host memory per element per rank (for the fits-in-memory check)
@@ -122,6 +133,19 @@ class Family:
     rank_kind: str = "gpu"
     # family-specific reasons (an optional package, an axis combination that means nothing)
     case_skip_reason: Callable[["Case"], str | None] | None = None
+
+    def axis_values(self, overrides: dict[str, list[str]] | None = None) -> dict[str, tuple[str, ...]]:
+        """The extra axes' values for a run: defaults, or what --numa-axis names (validated)."""
+        out = {a: self.default_axis_values.get(a, vals) for a, vals in self.extra_axes.items()}
+        for axis, vals in (overrides or {}).items():
+            if axis not in self.extra_axes:
+                continue  # an axis of another family
+            bad = [v for v in vals if v not in self.extra_axes[axis]]
+            if bad:
+                raise UsageError(f"--numa-axis {axis}: unknown value(s) {', '.join(bad)} for {self.key}; "
+                                 f"allowed {', '.join(self.extra_axes[axis])}")
+            out[axis] = tuple(vals)
+        return out
 
     def ranks(self, case: Case, topology: "Topology") -> list[Rank]:
         ranks = []

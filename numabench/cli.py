@@ -60,7 +60,7 @@ def cmd_csv(ns: argparse.Namespace) -> int:
 def cmd_import_csv(ns: argparse.Namespace) -> int:
     from .csvimport import import_csv
 
-    run = import_csv(ns.csv_file, gpus=ns.gpu, dtype=ns.dtype, impl=ns.impl, schedule=ns.schedule,
+    run = import_csv(ns.csv_file, gpus=ns.gpu, dtype=ns.dtype, impl=ns.impl, schedule=ns.schedule, alloc=ns.alloc,
                      cpu_model=ns.cpu, numa_nodes=ns.numa_nodes, hardware_key=ns.hardware_key)
     out = ns.out
     try:
@@ -124,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dtype", default="fp32", help="dtype of the rows (the seed CSV has no dtype column)")
     p.add_argument("--impl", default=None, help="stamp an impl (e.g. ours) so names match new runs")
     p.add_argument("--schedule", default=None, help="stamp a schedule (e.g. serial) so names match new runs")
+    p.add_argument("--alloc", default=None, help="stamp an allocator (e.g. register) so names match new runs")
     p.set_defaults(func=cmd_import_csv)
     p = sub.add_parser("report", help="tables (terminal / Markdown) and PNG plots of a run")
     p.add_argument("run_json", help="a saved run (baselines/.../NNNN_name.json), --benchmark-json file or import")

@@ -80,8 +80,8 @@ def _pytest_benchmark_version() -> str:
 
 
 def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = "fp32", impl: str | None = None,
-               schedule: str | None = None, cpu_model: str = "unknown", numa_nodes: int | None = None,
-               hardware_key: str | None = None) -> dict:
+               schedule: str | None = None, alloc: str | None = None, cpu_model: str = "unknown",
+               numa_nodes: int | None = None, hardware_key: str | None = None) -> dict:
     """Read a seed CSV; return the run as a dict (json.dump it to save)."""
     path = Path(path)
     try:
@@ -137,7 +137,7 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
     info["hardware_key"] = hardware_key or _hardware_key(None, info)  # type: ignore[arg-type]
 
     itemsize = DTYPES[dtype]
-    extra_axes = [v for v in (impl, schedule) if v]
+    extra_axes = [v for v in (impl, schedule, alloc) if v]
     benchmarks = []
     for line, row, nproc, pol, numel, lat in rows:
         for phase, mean_ms in lat.items():
@@ -150,6 +150,8 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
                 extra["impl"] = impl
             if schedule:
                 extra["schedule"] = schedule
+            if alloc:
+                extra["alloc"] = alloc
             extra.update({"source": "seed-csv", "stats_from": "mean only", "csv_file": path.name, "csv_line": line,
                           "seed_numa_nodes": row["numa_nodes"], "hardware_key": info["hardware_key"],
                           "bytes": moved, "GBps": round(moved / mean_s / 1e9, 3)})

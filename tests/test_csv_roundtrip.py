@@ -83,7 +83,7 @@ def test_imported_json_has_pytest_benchmark_shape(tmp_path):
 def test_stamped_impl_schedule_names_match_new_runs_and_compare_says_no_data(tmp_path):
     src = tmp_path / "h100.csv"
     src.write_text(run_json_to_csv(H100))
-    imported = import_csv(src, gpus=["NVIDIA H100 80GB HBM3"], impl="ours", schedule="serial",
+    imported = import_csv(src, gpus=["NVIDIA H100 80GB HBM3"], impl="ours", schedule="serial", alloc="register",
                           hardware_key="H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13")
     res = compare_runs(H100, imported)
     assert len(res.rows) == 48 and not res.only_new

@@ -137,7 +137,7 @@ def test_real_h100_baseline_report(tmp_path):
         assert len(t.rows) == 4 * 2 * 2 * 2  # sizes x dtypes x impls x schedules
     raw = json.loads(H100.read_text())
     b = next(b for b in raw["benchmarks"] if b["name"] ==
-             "test_adam_offload[h2d-np1-1.84M-bind:0-fp32-ours-serial]")
+             "test_adam_offload[h2d-np1-1.84M-bind:0-fp32-ours-serial-register]")
     row = next(r for r in tables[0].rows if r[:4] == ["fp32", "ours", "serial", "1.84M"])
     assert row[6].startswith(format_ms(b["stats"]["median"], b["stats"]["stddev"]))
     rep = build_report(H100, tmp_path / "h100", where={"dtype": "fp32", "impl": "ours", "schedule": "serial"})
