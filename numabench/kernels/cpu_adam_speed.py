@@ -34,7 +34,7 @@ BYTES_COPY_OUT_BF16 = 2
 BYTES_TRIAD = 12
 BYTES_COPY = 8
 BANDWIDTH_ROWS = ("triad a=b+s*c (torch)", "copy a=b (torch)", "in-place add b+=c (torch)",
-                  "in-place scale b*=s (torch)")
+                  "in-place scale b*=s (torch)", "adam_pattern 4 reads 3 writes (csrc/stream.cpp)")
 
 
 def measure(numel: int = 1 << 24, threads: Sequence[int] = (1, 2), repeats: int = 20,
@@ -70,8 +70,9 @@ def measure(numel: int = 1 << 24, threads: Sequence[int] = (1, 2), repeats: int 
     fused_p, fused_opt = make_opt(fused=True)
     fe_p, fe_opt = make_opt(foreach=True)
     fused_copy = torch.empty(numel, dtype=torch.bfloat16)
-    # STREAM-style arrays.
-    a, b, c = torch.empty(numel), rnd(), rnd()
+    # STREAM-style arrays (a fourth for Adam's 4-read/3-write pattern).
+    a, b, c, d = torch.empty(numel), rnd(), rnd(), rnd(0.01)
+    from numabench.kernels import stream
 
     step = [1]
 
@@ -96,6 +97,8 @@ def measure(numel: int = 1 << 24, threads: Sequence[int] = (1, 2), repeats: int 
                 ("copy a=b (torch)", BYTES_COPY, lambda: a.copy_(b)),
                 ("in-place add b+=c (torch)", BYTES_TRIAD, lambda: b.add_(c, alpha=1e-6)),
                 ("in-place scale b*=s (torch)", BYTES_COPY, lambda: b.mul_(1.0 - 1e-7)),
+                ("adam_pattern 4 reads 3 writes (csrc/stream.cpp)", BYTES_ADAM,
+                 lambda: stream.run("adam_pattern", a, b, c, d, threads=nt)),
                 ("ours adam_step_", BYTES_ADAM, ours(None, nt)),
                 ("torch Adam fused=True", BYTES_ADAM, fused_opt.step),
                 ("torch Adam foreach=True", BYTES_ADAM, fe_opt.step),
