@@ -1,1 +1,3 @@
-pytest_plugins = ["fixtures.plugin"]
+# The pytest glue lives in fixtures/; registered in dependency order.
+pytest_plugins = ["fixtures.machine", "fixtures.safety", "fixtures.options", "fixtures.parametrize",
+                  "fixtures.running", "fixtures.plugin"]

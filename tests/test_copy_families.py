@@ -40,11 +40,11 @@ def caps(**kw) -> Capabilities:
 
 
 def default_cases(key: str, t: Topology) -> list[Case]:
-    """The default matrix as fixtures/plugin.family_cases builds it."""
+    """The default matrix as fixtures/parametrize.family_cases builds it."""
     fam = family_module(key).FAMILY
     nps = sorted({1, max(1, len(t.gpus))}) if fam.rank_kind == "gpu" else [1]
     extras: list[tuple] = [()]
-    for axis, values in fam.extra_axes.items():
+    for axis, values in fam.axis_values().items():
         extras = [e + ((axis, v),) for e in extras for v in values]
     return [Case(key, n, size, pol, dt, ex) for n in nps for size in fam.default_sizes
             for pol in default_policies(t) for dt in fam.default_dtypes for ex in extras]
@@ -96,9 +96,12 @@ def test_adam_offload_alloc_axis_is_a_case_axis_not_a_worker_axis():
     assert case.id == "np1-1.84M-default-fp32-ours-serial-register"
     torch_case = replace(case, extra=(("impl", "ours"), ("schedule", "serial"), ("alloc", "torch")))
     assert fam.host_bytes_per_element(torch_case) == 2 * fam.host_bytes_per_element(case)
-    # two allocs are two worker runs; impl x schedule share one
+    # by default only register runs (torch via --numa-axis alloc=register,torch);
+    # impl x schedule share one worker run
+    assert fam.axis_values()["alloc"] == ("register",)
+    assert fam.axis_values({"alloc": ["register", "torch"]})["alloc"] == ("register", "torch")
     runs = runnable_worker_runs("adam_offload", topo("h200x2-vm"), caps())
-    assert {r[4] for r in runs} == {(("alloc", "register"),), (("alloc", "torch"),)}
+    assert {r[4] for r in runs} == {(("alloc", "register"),)}
 
 
 def test_adam_offload_worker_reads_alloc_from_its_variants():

@@ -2,7 +2,7 @@
 policy, copied to the GPU, stepped by a fused kernel, copied back."""
 from __future__ import annotations
 
-from ..cases import Case, Family
+from ..cases import Family
 from ..runner import CaseResult
 
 # Qwen2.5-7B partition sizes, as the seed benchmark uses.

@@ -27,7 +27,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Callable, Dict, List, Sequence
+from typing import Dict, List, Sequence
 
 BYTES_ADAM = 28
 BYTES_COPY_OUT_BF16 = 2

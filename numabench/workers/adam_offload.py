@@ -12,7 +12,6 @@ at once).
 """
 from __future__ import annotations
 
-import math
 import os
 
 from ..placement import numa_maps_report, pages_report
