@@ -14,6 +14,8 @@ from numabench.cases import Case, Family, format_size
 from numabench.policy import Policy
 from numabench.topology import Topology, discover
 
+from helpers import fake_caps
+
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
 
 
@@ -110,12 +112,7 @@ def test_case_numel_per_rank_and_params():
 # -- Family.skip_reason ---------------------------------------------------------
 
 def caps(**kw) -> Capabilities:
-    base = dict(kernel_release="6.18.44-fc-v595", weighted_interleave_kernel=True, weighted_interleave_errno=0,
-                preferred_many_kernel=True, weights_dir=True, weights_writable=True, weights_auto_mode=True,
-                numactl_path="/usr/bin/numactl", numactl_version=None, numactl_weighted=False,
-                numactl_preferred_many=True)
-    base.update(kw)
-    return Capabilities(**base)
+    return fake_caps(**kw)
 
 
 OLD_KERNEL_CAPS = dict(kernel_release="6.1.0-26-amd64", weighted_interleave_kernel=False,

@@ -20,6 +20,8 @@ from numabench.families import family_module
 from numabench.policy import Policy
 from numabench.topology import Topology, discover
 
+from helpers import fake_caps
+
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = ROOT / "tests" / "data" / "machines"
 COPY_FAMILIES = ("transfer", "pinned_alloc", "broadcast")
@@ -31,12 +33,7 @@ def topo(name: str) -> Topology:
 
 
 def caps(**kw) -> Capabilities:
-    base = dict(kernel_release="6.18.44-fc-v595", weighted_interleave_kernel=True, weighted_interleave_errno=0,
-                preferred_many_kernel=True, weights_dir=True, weights_writable=True, weights_auto_mode=True,
-                numactl_path="/usr/bin/numactl", numactl_version=None, numactl_weighted=False,
-                numactl_preferred_many=True)
-    base.update(kw)
-    return Capabilities(**base)
+    return fake_caps(**kw)
 
 
 def default_cases(key: str, t: Topology) -> list[Case]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from ..placement import numa_maps_report, pages_report
-from .hostmem import allocate
+from .hostmem import allocate, torch_dtype
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 LIMIT_HOST_BYTES = 256 * 2**20
@@ -58,7 +58,7 @@ class Worker:
 
         self.spec = spec
         self.numel = int(spec["numel"])
-        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[spec["dtype"]]
+        self.dtype = torch_dtype(spec["dtype"])
         self.device = torch.device("cuda", int(spec["gpu"]))
         # alloc is a case axis, not a worker axis: every variant of one worker run carries the same value
         allocs = {v["alloc"] for v in spec.get("variants") or [] if "alloc" in v}

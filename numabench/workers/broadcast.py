@@ -13,7 +13,7 @@ import os
 import time
 
 from ..placement import numa_maps_report, pages_report
-from .hostmem import allocate
+from .hostmem import allocate, torch_dtype
 
 CHUNK_ENV = "NUMABENCH_BCAST_CHUNK_BYTES"
 MAX_CHUNK_BYTES = 16 * 2**20
@@ -48,11 +48,9 @@ def block_checksums(t, block: int = CHECK_BLOCK):
 
 class Worker:
     def __init__(self, spec: dict) -> None:
-        import torch
-
         self.spec = spec
         self.numel = int(spec["numel"])
-        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[spec["dtype"]]
+        self.dtype = torch_dtype(spec["dtype"])
         methods = [v.get("method", "pageable") for v in spec.get("variants") or [{}]]
         self.methods = list(dict.fromkeys(methods))
         for m in self.methods:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from ..placement import numa_maps_report, pages_report
-from .hostmem import allocate
+from .hostmem import allocate, torch_dtype
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 IMPLS = ("ours", "ours+copy", "torch-fused", "torch-fused+copy", "torch-foreach", "deepspeed")
@@ -32,7 +32,7 @@ class Worker:
 
         self.spec = spec
         self.numel = int(spec["numel"])
-        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[spec["dtype"]]
+        self.dtype = torch_dtype(spec["dtype"])
         self.threads = len(spec["cpus"]) if spec.get("cpus") else torch.get_num_threads()
         self.step_no = 0
 

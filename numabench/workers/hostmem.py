@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 ALLOCATORS = ("register", "torch", "pageable")
 
 
+def torch_dtype(name: str) -> "object":
+    """The torch dtype of a case's dtype name (fp32, fp16, bf16)."""
+    import torch
+
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
 @dataclass
 class HostBuffer:
     tensor: "object"  # torch.Tensor

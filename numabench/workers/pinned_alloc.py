@@ -19,6 +19,7 @@ import time
 
 from ..placement import Expectation, compare, pages_report
 from ..policy import Policy
+from .hostmem import torch_dtype
 
 PROT_READ, PROT_WRITE = 1, 2
 MAP_PRIVATE, MAP_ANONYMOUS = 0x02, 0x20
@@ -114,7 +115,7 @@ class Worker:
         import torch
 
         self.spec = spec
-        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[spec["dtype"]]
+        self.dtype = torch_dtype(spec["dtype"])
         self.numel = int(spec["numel"])
         self.nbytes = self.numel * int(spec.get("itemsize") or torch.empty((), dtype=self.dtype).element_size())
         self.device = torch.device("cuda", int(spec["gpu"]))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 
 from ..placement import numa_maps_report, pages_report
-from .hostmem import allocate
+from .hostmem import allocate, torch_dtype
 
 ALLOC_OF = {"pinned": "register", "pageable": "pageable"}
 
@@ -26,7 +26,7 @@ class Worker:
 
         self.spec = spec
         self.numel = int(spec["numel"])
-        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[spec["dtype"]]
+        self.dtype = torch_dtype(spec["dtype"])
         self.device = torch.device("cuda", int(spec["gpu"]))
         kinds = [v.get("memory", "pinned") for v in spec.get("variants") or [{}]]
         self.kinds = list(dict.fromkeys(kinds)) or ["pinned"]
