@@ -106,7 +106,8 @@ def test_worker_that_stops_answering_times_out():
     with pytest.raises(WorkerError, match=r"^rank 1: gave no answer within 2 s") as info:
         drive(group)
     took = time.monotonic() - t0
-    assert took < 2 + 1 + 3, f"took {took:.1f} s"  # timeout, fail grace, start-up
+    # 2 s of silence, 1 s fail grace, start-up (seconds on a loaded 2-core machine): far from 30
+    assert took < 2 + 1 + 15, f"took {took:.1f} s"
     assert "hang at step 2 on rank 1" in info.value.stderr_tail
     assert_all_dead(group)
     normal_case_runs()

@@ -26,6 +26,9 @@ from .protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 STDERR_TAIL_LINES = 30
 CLOSE_GRACE_S = 5.0  # a healthy worker's time to leave after OP_EXIT
 FAIL_GRACE_S = 1.0  # the same when the group is failing or interrupted
+# Setup starts Python, imports torch, may build kernels and touches every page:
+# it gets at least this long, whatever the per-request timeout of the rounds.
+SETUP_TIMEOUT_MIN_S = 120.0
 
 
 class WorkerGroup:
@@ -127,7 +130,8 @@ class WorkerGroup:
         return self._receive(timeout_s or self.timeout_s)
 
     def setup(self, specs: Sequence[dict[str, Any]], timeout_s: float | None = None) -> list[dict[str, Any]]:
-        """Send each rank its own spec; returns each rank's setup info."""
+        """Send each rank its own spec; returns each rank's setup info. Waits at least
+        SETUP_TIMEOUT_MIN_S unless ``timeout_s`` says otherwise."""
         for rank, (p, spec) in enumerate(zip(self.procs, specs)):
             try:
                 assert p.stdin is not None
@@ -135,7 +139,7 @@ class WorkerGroup:
                 p.stdin.flush()
             except (BrokenPipeError, OSError):
                 self._fail(rank, f"exited with code {p.poll()} before setup")
-        return [r["info"] for r in self._receive(timeout_s or self.timeout_s)]
+        return [r["info"] for r in self._receive(timeout_s or max(self.timeout_s, SETUP_TIMEOUT_MIN_S))]
 
     def step(self, payload: dict[str, Any] | None = None, timeout_s: float | None = None) -> list[dict[str, float]]:
         """One lockstep round; ``payload`` (e.g. the variant) goes to every rank."""

@@ -179,16 +179,19 @@ def check_weights() -> dict:
             raised = f"unexpected {type(e).__name__}: {e}"
         note("failing case: PlacementError (numactl, tolerance -1)",
              ok=bool(raised and raised.startswith("PlacementError")), raised=raised)
-        # 2. WorkerError: the worker cannot set up 256 MiB under TCG within 0.5 s.
+        # 2. WorkerError: the worker hangs in its first round (fault injection) and times out.
         raised = None
+        os.environ["NUMABENCH_FAULT"] = "hang@step1"
         try:
             run_case(_case("weighted:0=1,1=1,2=2"), family_module("touch").FAMILY, topo, caps, rounds=2, warmup=0,
-                     launcher="builtin", timeout_s=0.5)
+                     launcher="builtin", timeout_s=5)
         except WorkerError as e:
             raised = f"WorkerError: {str(e).splitlines()[0]}"
         except Exception as e:
             raised = f"unexpected {type(e).__name__}: {e}"
-        note("failing case: WorkerError (builtin, timeout 0.5 s)",
+        finally:
+            del os.environ["NUMABENCH_FAULT"]
+        note("failing case: WorkerError (builtin, worker hangs, timeout 5 s)",
              ok=bool(raised and raised.startswith("WorkerError")), raised=raised)
         # 3. an exception inside the block
         inside = None
