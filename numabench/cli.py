@@ -44,9 +44,11 @@ def cmd_topo(ns: argparse.Namespace) -> int:
 def cmd_build(ns: argparse.Namespace) -> int:
     from .kernels import prebuild
 
+    failed = 0
     for name, status in prebuild.build_all():
-        print(f"{name}: {status}")
-    return 0
+        print(f"{name}: {status}", flush=True)
+        failed += status.startswith("FAILED")
+    return 1 if failed else 0
 
 
 def cmd_csv(ns: argparse.Namespace) -> int:

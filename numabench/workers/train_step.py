@@ -36,7 +36,6 @@ import zlib
 
 MODES = ("ddp", "fsdp", "fsdp-offload")
 SETUP_STEPS = 4
-LR = 1e-3
 POOL = 4  # distinct batches per rank, cycled through in the timed steps
 
 
@@ -55,7 +54,7 @@ def _local(t):
 
 class Trainer:
     def __init__(self, mode: str, model: str, dtype: str, batch: int, device, *, seed: int = 0,
-                 lr: float = LR, data_seed: int = 0) -> None:
+                 lr: float | None = None, data_seed: int = 0) -> None:
         import torch
         import torch.distributed as dist
 
@@ -114,7 +113,7 @@ class Trainer:
                               cpu_offload=CPUOffload(offload_params=mode == "fsdp-offload"),
                               device_id=self.device if self.cuda else None)
             self.impl = "FSDP1" + (" + CPUOffload(offload_params=True)" if mode == "fsdp-offload" else "")
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr if lr is None else lr, betas=(0.9, 0.95), weight_decay=0.01)
         g = torch.Generator().manual_seed(10_007 * (data_seed + 1))
         self.pool = [torch.randint(0, self.cfg.vocab, (batch, self.cfg.seq_len + 1), generator=g).to(self.device)
                      for _ in range(POOL)]
