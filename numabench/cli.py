@@ -97,6 +97,16 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return res.exit_code
 
 
+def cmd_merge(ns: argparse.Namespace) -> int:
+    from .merge import merge_runs, write_run
+
+    res = merge_runs(ns.runs, allow_foreign=ns.allow_foreign, require_data=not ns.allow_no_data)
+    path = write_run(res.run, ns.output)
+    print(f"{path}: {len(res.run['benchmarks'])} benchmarks from {len(ns.runs)} runs"
+          + (f"; {len(res.replaced)} measured again, the later run's entry kept" if res.replaced else ""))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="numabench", description="NUMA-aware GPU offload benchmarks")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -146,6 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--allow-foreign", action="store_true", help="compare runs from different hardware keys")
     p.add_argument("--changed-only", action="store_true", help="list only benchmarks whose verdict is not 'same'")
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("merge", help="join saved runs of one machine into one baseline run (later entries win)")
+    p.add_argument("output", help="the new run file, e.g. baselines/<key>/<platform>/0002_name.json")
+    p.add_argument("runs", nargs="+", help="saved runs, oldest first")
+    p.add_argument("--allow-foreign", action="store_true", help="merge runs from different hardware keys")
+    p.add_argument("--allow-no-data", action="store_true", help="accept entries without per-round data")
+    p.set_defaults(func=cmd_merge)
     ns = parser.parse_args(argv)
     try:
         return ns.func(ns)

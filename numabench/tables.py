@@ -10,6 +10,7 @@ extra axes: impl/schedule, kernel), cells "median ± std" in ms with GB/s.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -19,11 +20,10 @@ from .cases import format_size
 from .errors import UsageError
 from .seedcsv import load_run
 
-# Axes in the order rows are labelled and sorted (size last: a table reads down by size).
-LABEL_AXES = ("nprocess", "dtype", "impl", "schedule", "kernel", "numel")
-EXTRA_AXES = ("impl", "schedule", "kernel")
-AXIS_TITLES = {"nprocess": "np", "numel": "size", "dtype": "dtype", "policy": "policy", "impl": "impl",
-               "schedule": "schedule", "kernel": "kernel"}
+BASE_AXES = ("nprocess", "numel", "dtype", "policy")
+# a family's extra axes where its module cannot say (e.g. an imported seed CSV's family)
+FALLBACK_EXTRA_AXES = ("impl", "schedule", "kernel")
+AXIS_TITLES = {"nprocess": "np", "numel": "size"}  # others are titled by their own name
 PHASE_ORDER = ("h2d", "compute", "d2h", "step", "time", "write")
 
 
@@ -45,6 +45,34 @@ class Entry:
         return self.axes.get(axis)
 
 
+@functools.lru_cache(maxsize=None)
+def family_extra_axes(family: str) -> tuple[str, ...]:
+    """The family's extra axes (impl, method, memory, ...), in the order it declares them."""
+    from .families import family_module
+
+    try:
+        return tuple(family_module(family).FAMILY.extra_axes)
+    except (KeyError, ImportError):
+        return FALLBACK_EXTRA_AXES
+
+
+def known_axes() -> tuple[str, ...]:
+    from .families import FAMILIES
+
+    extra = {a: None for fam in FAMILIES for a in family_extra_axes(fam)}
+    return BASE_AXES + tuple(a for a in extra if a not in BASE_AXES)
+
+
+def extra_axes_of(es: list["Entry"]) -> tuple[str, ...]:
+    """The extra axes these entries carry, in first-seen order."""
+    seen: dict[str, None] = {}
+    for e in es:
+        for a in e.axes:
+            if a not in BASE_AXES:
+                seen.setdefault(a)
+    return tuple(seen)
+
+
 def _as_run(run: str | Path | dict) -> dict:
     return run if isinstance(run, dict) else load_run(run)
 
@@ -54,8 +82,8 @@ def parse_where(items: list[str] | None) -> dict[str, str]:
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip() or key.strip() not in AXIS_TITLES:
-            raise UsageError(f"bad --where {item!r}: write AXIS=VALUE with AXIS one of {', '.join(AXIS_TITLES)}")
+        if not sep or not key.strip() or key.strip() not in known_axes():
+            raise UsageError(f"bad --where {item!r}: write AXIS=VALUE with AXIS one of {', '.join(known_axes())}")
         out[key.strip()] = value.strip()
     return out
 
@@ -70,7 +98,7 @@ def entries(run: str | Path | dict, where: dict | None = None) -> list[Entry]:
             continue
         st = b["stats"]
         mean_only = x.get("stats_from") == "mean only"
-        axes = {k: x[k] for k in ("nprocess", "numel", "dtype", "policy", *EXTRA_AXES) if k in x}
+        axes = {k: x[k] for k in (*BASE_AXES, *family_extra_axes(x["family"])) if k in x}
         if where and not all(str(axes.get(k)) == v or (k == "numel" and k in axes and format_size(axes[k]) == v)
                              for k, v in where.items()):
             continue
@@ -105,7 +133,7 @@ def column_axes(es: list[Entry]) -> tuple[str, ...]:
     """Columns by policy where the entries have several; else by the extra axes that vary."""
     if len(varying(es, "policy")) > 1:
         return ("policy",)
-    return tuple(a for a in EXTRA_AXES if len(varying(es, a)) > 1)
+    return tuple(a for a in extra_axes_of(es) if len(varying(es, a)) > 1)
 
 
 def series_label(e: Entry, axes: tuple[str, ...]) -> str:
@@ -181,13 +209,15 @@ def grouped_tables(run: str | Path | dict, family: str | None = None, where: dic
                          key=lambda s: [_sort_value(a, v) for a, v in zip(cols_axes, s.split("/"))])
         if "policy" in cols_axes:  # policy strings may contain '/'-free text only; keep their own order
             columns = [str(v) for v in varying(fes, "policy")]
-        labels = [a for a in LABEL_AXES if a not in cols_axes and (a == "numel" or len(varying(fes, a)) > 1)]
+        # rows labelled and sorted by these (size last: a table reads down by size)
+        label_axes = ("nprocess", "dtype", *extra_axes_of(fes), "numel")
+        labels = [a for a in label_axes if a not in cols_axes and (a == "numel" or len(varying(fes, a)) > 1)]
         for phase in sorted({e.phase for e in fes}, key=phase_key):
             pes = [e for e in fes if e.phase == phase]
             grid: dict[tuple, dict[str, Entry]] = defaultdict(dict)
             for e in pes:
                 grid[tuple(e.get(a) for a in labels)][series_label(e, cols_axes)] = e
-            header = [AXIS_TITLES[a] for a in labels] + (columns if cols_axes else ["median ± std ms"])
+            header = [AXIS_TITLES.get(a, a) for a in labels] + (columns if cols_axes else ["median ± std ms"])
             rows, best = [], []
             for key in sorted(grid, key=lambda k: [_sort_value(a, v) for a, v in zip(labels, k)]):
                 cells = grid[key]

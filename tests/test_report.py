@@ -15,7 +15,7 @@ from numabench.tables import entries, format_ms, grouped_tables, parse_where
 from numabench.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
-H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0001_h100-default.json"
+H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0002_h100-all.json"
 PNG = b"\x89PNG\r\n\x1a\n"
 BYTES = {"h2d": 4, "compute": 7, "d2h": 3, "step": 7}
 
@@ -130,7 +130,9 @@ def test_cli_report(tmp_path, capsys):
 
 
 def test_real_h100_baseline_report(tmp_path):
-    tables = grouped_tables(H100)
+    assert sorted({t.family for t in grouped_tables(H100)}) == ["adam_offload", "dataloader", "pinned_alloc",
+                                                                 "transfer"]
+    tables = grouped_tables(H100, "adam_offload")
     assert [t.phase for t in tables] == ["h2d", "compute", "d2h", "step"]
     for t in tables:
         assert t.header[-4:] == ["default", "local", "bind:0", "interleave:all"]
@@ -140,6 +142,6 @@ def test_real_h100_baseline_report(tmp_path):
              "test_adam_offload[h2d-np1-1.84M-bind:0-fp32-ours-serial-register]")
     row = next(r for r in tables[0].rows if r[:4] == ["fp32", "ours", "serial", "1.84M"])
     assert row[6].startswith(format_ms(b["stats"]["median"], b["stats"]["stddev"]))
-    rep = build_report(H100, tmp_path / "h100", where={"dtype": "fp32", "impl": "ours", "schedule": "serial"})
+    rep = build_report(H100, tmp_path / "h100", family="adam_offload", where={"dtype": "fp32", "impl": "ours", "schedule": "serial"})
     assert [p.name for p in rep.images] == ["adam_offload_latency.png", "adam_offload_bandwidth.png"]
     assert all(p.read_bytes()[:8] == PNG for p in rep.images)

@@ -1,0 +1,69 @@
+"""numabench merge: one baseline from several runs of one machine."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from numabench.cli import main
+from numabench.errors import UsageError
+from numabench.merge import merge_runs, write_run
+
+
+def _run(key: str, names: list[str], value: float, data: bool = True) -> dict:
+    benches = []
+    for n in names:
+        stats = {"median": value, "mean": value, "rounds": 3}
+        if data:
+            stats["data"] = [value] * 3
+        benches.append({"name": n, "fullname": f"benchmarks/test_x.py::{n}", "stats": stats})
+    return {"machine_info": {"numabench": {"hardware_key": key}}, "commit_info": {"id": "abc"},
+            "datetime": "2026-11-22T00:00:00", "version": "5.2.3", "benchmarks": benches}
+
+
+def _write(tmp_path, name: str, run: dict):
+    p = tmp_path / name
+    p.write_text(json.dumps(run))
+    return p
+
+
+def test_merge_joins_and_later_entries_win(tmp_path):
+    a = _write(tmp_path, "0001_a.json", _run("K", ["t[a]", "t[b]"], 1.0))
+    b = _write(tmp_path, "0002_b.json", _run("K", ["t[b]", "t[c]"], 2.0))
+    res = merge_runs([a, b])
+    by_name = {x["name"]: x["stats"]["median"] for x in res.run["benchmarks"]}
+    assert by_name == {"t[a]": 1.0, "t[b]": 2.0, "t[c]": 2.0}
+    assert res.replaced == ["benchmarks/test_x.py::t[b]"]
+    assert [s["file"] for s in res.run["numabench_merged_from"]] == ["0001_a.json", "0002_b.json"]
+    assert res.run["machine_info"]["numabench"]["hardware_key"] == "K"
+
+
+def test_merge_refuses_other_hardware_and_missing_data(tmp_path):
+    a = _write(tmp_path, "a.json", _run("K1", ["t[a]"], 1.0))
+    b = _write(tmp_path, "b.json", _run("K2", ["t[b]"], 1.0))
+    with pytest.raises(UsageError, match="different hardware.*K1.*K2"):
+        merge_runs([a, b])
+    assert len(merge_runs([a, b], allow_foreign=True).run["benchmarks"]) == 2
+    c = _write(tmp_path, "c.json", _run("K1", ["t[c]"], 1.0, data=False))
+    with pytest.raises(UsageError, match="no per-round data"):
+        merge_runs([a, c])
+
+
+def test_write_never_overwrites(tmp_path):
+    run = _run("K", ["t[a]"], 1.0)
+    out = write_run(run, tmp_path / "0003_m.json")
+    assert json.loads(out.read_text())["benchmarks"][0]["name"] == "t[a]"
+    with pytest.raises(UsageError, match="exists"):
+        write_run(_run("K", ["t[z]"], 9.0), out)
+    assert json.loads(out.read_text())["benchmarks"][0]["name"] == "t[a]"
+
+
+def test_cli_merge_exit_codes(tmp_path, capsys):
+    a = _write(tmp_path, "a.json", _run("K", ["t[a]"], 1.0))
+    b = _write(tmp_path, "b.json", _run("K", ["t[b]"], 1.0))
+    assert main(["merge", str(tmp_path / "m.json"), str(a), str(b)]) == 0
+    assert "2 benchmarks from 2 runs" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text('{"benchmarks": [')
+    assert main(["merge", str(tmp_path / "m2.json"), str(a), str(tmp_path / "bad.json")]) == 2
+    assert "corrupt or truncated" in capsys.readouterr().err
+    assert not (tmp_path / "m2.json").exists()
