@@ -18,13 +18,26 @@ asking for what is already set changes nothing.
 Restoration never raises over an exception already on its way out (an
 interrupt, a worker fault): it tries every file, and reports what it could not
 restore on stderr.
+
+Two suites on one machine (or two xdist workers) must not interleave: A saves
+1 and writes 3, B saves A's 3 and writes 5, A restores 1, B restores 3, and the
+machine is left changed (and A measured under B's weights). A ``WeightSetting``
+therefore holds a machine-wide lock (flock on
+``/run/lock/numabench-weights-<dir hash>.lock``) from before it reads the
+weights until it has restored them; another process waits for it (up to
+``NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S``, default 1800 s). Nested settings in one
+process share the lock.
 """
 from __future__ import annotations
 
 import atexit
-import warnings
 import errno
+import fcntl
+import hashlib
 import os
+import tempfile
+import time
+import warnings
 from pathlib import Path
 from typing import Mapping
 
@@ -56,6 +69,68 @@ def read_weights(weights_dir: Path = WEIGHTS_DIR) -> dict[int, int]:
     return out
 
 
+LOCK_DIRS = (Path("/run/lock"), Path(tempfile.gettempdir()))
+LOCK_POLL_S = 0.1
+_held: dict[Path, list[int]] = {}  # lock path -> [fd, depth] for locks this process holds
+
+
+def lock_timeout_s() -> float:
+    text = os.environ.get("NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S", "1800")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise UsageError(f"NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S={text!r}: allowed a number of seconds >= 0")
+    return value
+
+
+def lock_path(weights_dir: Path = WEIGHTS_DIR) -> Path:
+    """The machine-wide lock file for one weights directory."""
+    key = hashlib.sha256(str(Path(weights_dir).resolve()).encode()).hexdigest()[:12]
+    folder = next((d for d in LOCK_DIRS if d.is_dir() and os.access(d, os.W_OK | os.X_OK)), LOCK_DIRS[-1])
+    return folder / f"numabench-weights-{key}.lock"
+
+
+def acquire_lock(weights_dir: Path, timeout_s: float) -> Path:
+    """Take (or, in a process that holds it, re-enter) the weights lock; UsageError after ``timeout_s``."""
+    path = lock_path(weights_dir)
+    if path in _held:
+        _held[path][1] += 1
+        return path
+    # Read-only is enough for flock, and lets a non-root process open a root-made file
+    # (it then fails on the weight write itself, with the message that says why).
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise UsageError(
+                        f"weighted interleave weights in {weights_dir} are in use by another process (lock {path} "
+                        f"held for more than {timeout_s:g} s): another numabench suite runs a weighted case; "
+                        "wait for it or raise NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S") from None
+                time.sleep(LOCK_POLL_S)
+    except BaseException:
+        os.close(fd)
+        raise
+    _held[path] = [fd, 1]
+    return path
+
+
+def release_lock(path: Path) -> None:
+    entry = _held.get(path)
+    if entry is None:
+        return
+    entry[1] -= 1
+    if entry[1] == 0:
+        del _held[path]
+        os.close(entry[0])  # releases the flock
+
+
 def _write(path: Path, value: str) -> None:
     # sysfs wants one write() of the whole value.
     fd = os.open(path, os.O_WRONLY)
@@ -82,18 +157,25 @@ class WeightSetting:
         self.dir = Path(weights_dir)
         self._saved: dict[int, int] | None = None
         self._saved_auto: str | None = None
+        self._lock: Path | None = None
         self.node_root = Path(node_root)
         self.problems: list[str] = []  # what restore() could not put back
 
     def __enter__(self) -> "WeightSetting":
         if not self.dir.is_dir():
             raise UsageError(f"weighted interleave weights directory {self.dir} is missing (kernel < 6.9?)")
-        current = read_weights(self.dir)
-        missing = sorted(set(self.weights) - set(current))
-        if missing:
-            raise UsageError(f"no weight file for node(s) {missing} in {self.dir}; nodes there: {sorted(current)}")
-        auto = auto_mode_file(self.dir)
-        self._saved_auto = auto.read_text().strip() if auto else None
+        self._lock = acquire_lock(self.dir, lock_timeout_s())
+        try:
+            current = read_weights(self.dir)
+            missing = sorted(set(self.weights) - set(current))
+            if missing:
+                raise UsageError(f"no weight file for node(s) {missing} in {self.dir}; "
+                                 f"nodes there: {sorted(current)}")
+            auto = auto_mode_file(self.dir)
+            self._saved_auto = auto.read_text().strip() if auto else None
+        except BaseException:
+            self._unlock()
+            raise
         self._saved = {n: current[n] for n in self.weights}
         atexit.register(self.restore)
         try:
@@ -106,13 +188,26 @@ class WeightSetting:
                                   "this needs root") from e
         return self
 
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            lock, self._lock = self._lock, None
+            release_lock(lock)
+
     def restore(self, raise_errors: bool = True) -> None:
-        """Put back the saved weights and auto mode. Tries everything; with ``raise_errors``
-        a failure to write a node weight raises after all were tried, else it is reported."""
+        """Put back the saved weights and auto mode, then let other processes at them. Tries
+        everything; with ``raise_errors`` a failure to write a node weight raises after all
+        were tried, else it is reported."""
         if self._saved is None:
+            self._unlock()
             return
         saved, self._saved = self._saved, None
         atexit.unregister(self.restore)
+        try:
+            self._restore(saved, raise_errors)
+        finally:
+            self._unlock()
+
+    def _restore(self, saved: dict[int, int], raise_errors: bool) -> None:
         failed: list[str] = []
         for node, w in saved.items():
             path = self.dir / f"node{node}"

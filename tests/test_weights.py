@@ -153,3 +153,71 @@ def test_recorded_weight_dirs(tree, name):
     if name:
         assert f.read_text().strip() == "true"
         assert set(read_weights(d).values()) == {1}
+
+
+# -- one machine-wide lock: two processes never interleave their settings ---------------
+
+def _child_setting(wdir: Path, weights_map: dict, hold_s: float, timeout_s: str, conn) -> None:
+    """In a forked child: hold a WeightSetting for hold_s, report what it saw."""
+    import os as _os
+    _os.environ["NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S"] = timeout_s
+    try:
+        with WeightSetting(weights_map, wdir):
+            conn.send(("entered", read_weights(wdir)))
+            import time as _t
+            _t.sleep(hold_s)
+        conn.send(("left", read_weights(wdir)))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+def _start(wdir, weights_map, hold_s, timeout_s="30"):
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_child_setting, args=(wdir, weights_map, hold_s, timeout_s, child))
+    p.start()
+    return p, parent
+
+
+def test_second_process_waits_for_the_first_to_restore(wdir):
+    a, a_conn = _start(wdir, {0: 3}, hold_s=1.0)
+    assert a_conn.recv() == ("entered", {0: 3, 2: 4})
+    b, b_conn = _start(wdir, {0: 5}, hold_s=0.0)
+    # B saves only after A restored: it sees the original weight, never A's 3
+    assert b_conn.recv() == ("entered", {0: 5, 2: 4})
+    assert a_conn.recv() == ("left", {0: 1, 2: 4})
+    assert b_conn.recv() == ("left", {0: 1, 2: 4})
+    a.join(10)
+    b.join(10)
+    assert read_weights(wdir) == {0: 1, 2: 4}
+
+
+def test_lock_wait_times_out_in_one_line_and_changes_nothing(wdir):
+    a, a_conn = _start(wdir, {0: 3}, hold_s=2.0)
+    assert a_conn.recv()[0] == "entered"
+    b, b_conn = _start(wdir, {0: 5}, hold_s=0.0, timeout_s="0.3")
+    kind, msg = b_conn.recv()
+    assert kind == "error" and msg.startswith("UsageError: weighted interleave weights in ") \
+        and "in use by another process" in msg and "NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S" in msg, msg
+    assert a_conn.recv() == ("left", {0: 1, 2: 4})
+    a.join(10)
+    b.join(10)
+
+
+def test_nested_settings_in_one_process_share_the_lock(wdir):
+    with WeightSetting({0: 2}, wdir):
+        with WeightSetting({2: 9}, wdir):
+            assert read_weights(wdir) == {0: 2, 2: 9}
+        assert read_weights(wdir) == {0: 2, 2: 4}
+        assert weights.lock_path(wdir) in weights._held
+    assert weights.lock_path(wdir) not in weights._held
+    assert read_weights(wdir) == {0: 1, 2: 4}
+
+
+def test_bad_lock_timeout_is_a_usage_error(wdir, monkeypatch):
+    monkeypatch.setenv("NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S", "soon")
+    with pytest.raises(UsageError, match="NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S='soon': allowed a number"):
+        with WeightSetting({0: 2}, wdir):
+            pass
+    assert read_weights(wdir) == {0: 1, 2: 4}
