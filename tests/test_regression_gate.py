@@ -67,3 +67,30 @@ def test_baseline_from_other_hardware_is_refused(saved, tmp_path_factory):
     assert "refusing to compare" in out.stdout + out.stderr
     ok = run_suite(tmp_path, "--benchmark-compare=0001", "--numa-allow-foreign-baseline")
     assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_merged_baseline_is_what_compare_reads(saved, tmp_path_factory):
+    """A baseline merged from two runs (numabench merge) is the newest run, so a plain
+    --benchmark-compare loads it, and its entries gate: the 4x slowdown fails against it."""
+    import shutil
+
+    from numabench.cli import main
+
+    tmp = tmp_path_factory.mktemp("merged")
+    [src] = list(saved.rglob("0001_base.json"))
+    folder = tmp / src.parent.relative_to(saved)
+    folder.mkdir(parents=True)
+    shutil.copy(src, folder / src.name)
+    other = json.loads(src.read_text())
+    for b in other["benchmarks"]:  # another family's run of the same machine
+        b["name"] = b["name"].replace("test_touch", "test_elsewhere")
+        b["fullname"] = b["fullname"].replace("test_touch", "test_elsewhere")
+    (tmp / "other.json").write_text(json.dumps(other))
+    # (the module's saved run has no per-round data: --allow-no-data)
+    assert main(["merge", str(folder / "0002_merged.json"), str(folder / src.name), str(tmp / "other.json"),
+                 "--allow-no-data"]) == 0
+    assert len(json.loads((folder / "0002_merged.json").read_text())["benchmarks"]) == 4
+    out = run_suite(tmp, "--benchmark-compare", "--benchmark-compare-fail=median:100%", slowdown="4.0")
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "0002_merged" in text and "Performance has regressed" in text, text
