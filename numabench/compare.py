@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UsageError
+from .hwkey import run_hardware_key
 from .seedcsv import load_run
 
 FASTER, SLOWER, SAME, NOT_SIGNIFICANT, NO_DATA = "faster", "slower", "same", "not significant", "no data"
@@ -171,9 +172,6 @@ class CompareResult:
         return out
 
 
-def _hardware_key(run: dict) -> str | None:
-    return (run.get("machine_info") or {}).get("numabench", {}).get("hardware_key")
-
 
 def _data(b: dict) -> list[float] | None:
     data = b.get("stats", {}).get("data")
@@ -198,7 +196,7 @@ def compare_runs(old: str | Path | dict, new: str | Path | dict, *, threshold: s
         raise UsageError(f"bad alpha {alpha!r}: must be between 0 and 1, e.g. 0.05")
     a = old if isinstance(old, dict) else load_run(old)
     b = new if isinstance(new, dict) else load_run(new)
-    ka, kb = _hardware_key(a), _hardware_key(b)
+    ka, kb = run_hardware_key(a), run_hardware_key(b)
     if ka != kb and not allow_foreign:
         raise ForeignHardwareError(f"runs were measured on different hardware ({ka!r} vs {kb!r}): refusing to "
                                    "compare (pass --allow-foreign to compare anyway)")

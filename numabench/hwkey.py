@@ -52,3 +52,8 @@ def hardware_key(topology: Topology, info: dict | None = None) -> str:
     if info["cuda_driver_major"]:
         parts.append(f"cuda{info['cuda_driver_major']}")
     return "_".join(parts)
+
+
+def run_hardware_key(run: dict) -> str | None:
+    """The hardware key a saved run was measured under (None for runs from before keys)."""
+    return (run.get("machine_info") or {}).get("numabench", {}).get("hardware_key")

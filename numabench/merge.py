@@ -19,12 +19,10 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import UsageError
+from .hwkey import run_hardware_key
 from .seedcsv import load_run
 from .storage import publish
 
-
-def _hardware_key(run: dict) -> str | None:
-    return (run.get("machine_info") or {}).get("numabench", {}).get("hardware_key")
 
 
 @dataclass
@@ -39,7 +37,7 @@ def merge_runs(paths: Sequence[str | Path], *, allow_foreign: bool = False,
     if not paths:
         raise UsageError("merge needs at least one run file")
     runs = [(Path(p), load_run(p)) for p in paths]
-    keys = {str(p.name): _hardware_key(r) for p, r in runs}
+    keys = {str(p.name): run_hardware_key(r) for p, r in runs}
     if not allow_foreign and len(set(keys.values())) > 1:
         listing = ", ".join(f"{name}: {key}" for name, key in keys.items())
         raise UsageError(f"runs from different hardware ({listing}): a baseline holds one machine's numbers "
