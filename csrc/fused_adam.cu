@@ -43,18 +43,22 @@ struct AdamArgs {
   int mode;            // 0: no weight decay, 1: Adam L2, 2: AdamW decoupled
 };
 
-// The update, in the exact form torch.optim.Adam / AdamW use.
+// The update, in the exact form torch.optim.Adam / AdamW use.  Every operation
+// is an explicitly rounded intrinsic: left to itself nvcc contracts a * b + c
+// into an FMA differently in the vector loop and the scalar head/tail, so an
+// element's result would depend on the alignment of the view it sits in (a
+// chunked step would then differ from a whole-tensor step in a few bits).
 __device__ __forceinline__ void adam_update(float& p, float g, float& m, float& v,
                                             const AdamArgs& a) {
   if (a.mode == 1) {
-    g = g + a.weight_decay * p;
+    g = __fmaf_rn(a.weight_decay, p, g);
   } else if (a.mode == 2) {
-    p = p * a.decay;
+    p = __fmul_rn(p, a.decay);
   }
-  m = a.beta1 * m + a.one_minus_beta1 * g;
-  v = a.beta2 * v + a.one_minus_beta2 * g * g;
-  const float denom = sqrtf(v) / a.bc2_sqrt + a.eps;
-  p = p - a.step_size * m / denom;
+  m = __fmaf_rn(a.beta1, m, __fmul_rn(a.one_minus_beta1, g));
+  v = __fmaf_rn(a.beta2, v, __fmul_rn(__fmul_rn(a.one_minus_beta2, g), g));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), a.bc2_sqrt), a.eps);
+  p = __fsub_rn(p, __fdiv_rn(__fmul_rn(a.step_size, m), denom));
 }
 
 // ---- storage <-> float ------------------------------------------------------

@@ -1,0 +1,370 @@
+"""Which overlapped-step schedule gets nearest the PCIe bound (GPU machine).
+
+    python -m numabench.overlap_probe --numel 545259520 --dtype fp32 --rounds 8
+
+One process, one GPU, the adam_offload worker's own placed state and ceilings;
+every schedule variant runs once per round, interleaved, so the medians are
+comparable on a shared machine.  Before anything is timed each variant runs
+one step at ``--check-numel`` from the same start state as a serial step and
+must give bit-identical host tensors.
+
+Variant knobs (``Schedule``):
+- ``chunk``: elements per pipeline chunk (H2D and compute).
+- ``d2h_group``: D2H copies cover this many chunks at once (fewer, larger copies).
+- ``h2d_streams``: the four H2D copies of a chunk split over 1 or 2 streams.
+- ``priority``: the H2D stream(s) get the highest stream priority.
+- ``h2d_engine`` / ``d2h_engine``: ``ce`` (cudaMemcpyAsync, the copy engines) or
+  ``sm`` (an elementwise kernel reading or writing the pinned host pages
+  through their unified address, so the SMs drive the transfer).
+- ``huge``: the host state was allocated with MADV_HUGEPAGE before first touch.
+
+``measure()`` returns rows; only ``__main__`` prints.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import mmap
+import statistics
+import time
+from typing import Sequence
+
+NAMES = ("param", "grad", "exp_avg", "exp_avg_sq")
+OUT_NAMES = ("param", "exp_avg", "exp_avg_sq")
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    chunk: int
+    d2h_group: int = 1
+    h2d_streams: int = 1
+    priority: bool = False
+    h2d_engine: str = "ce"
+    d2h_engine: str = "ce"
+    huge: bool = False
+
+    def label(self) -> str:
+        parts = [f"chunk={self.chunk >> 20}M" if self.chunk >= 1 << 20 else f"chunk={self.chunk}"]
+        if self.d2h_group > 1:
+            parts.append(f"d2h_group={self.d2h_group}")
+        if self.h2d_streams > 1:
+            parts.append(f"h2d_streams={self.h2d_streams}")
+        if self.priority:
+            parts.append("priority")
+        if self.h2d_engine != "ce":
+            parts.append(f"h2d={self.h2d_engine}")
+        if self.d2h_engine != "ce":
+            parts.append(f"d2h={self.d2h_engine}")
+        if self.huge:
+            parts.append("hugepages")
+        return " ".join(parts)
+
+
+class _DeviceView:
+    """``__cuda_array_interface__`` over pinned host memory: torch then sees a CUDA
+    tensor whose pages are the host's (valid where the device can use the host
+    pointer of registered memory, i.e. UVA on x86-64 Linux)."""
+
+    def __init__(self, address: int, nbytes: int, itemsize: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (nbytes // itemsize,), "typestr": f"<i{itemsize}",
+                                         "data": (address, False), "version": 3, "strides": None}
+
+
+def _int_view(t):
+    import torch
+
+    return t.view({4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
+def _huge_buffer(numel: int, dtype):
+    """mmap + MADV_HUGEPAGE + first touch + cudaHostRegister."""
+    import ctypes
+
+    import torch
+
+    from .workers.hostmem import HostBuffer
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    nbytes = numel * itemsize
+    buf = mmap.mmap(-1, nbytes)
+    buf.madvise(mmap.MADV_HUGEPAGE)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    ctypes.memset(addr, 0x3C, nbytes)
+    err = torch.cuda.cudart().cudaHostRegister(addr, nbytes, 0)
+    if int(err) != 0:
+        raise RuntimeError(f"cudaHostRegister({nbytes} bytes) failed with CUDA error {int(err)}")
+    return HostBuffer(torch.frombuffer(buf, dtype=dtype, count=numel), addr, nbytes, "register", [buf])
+
+
+class Pipeline:
+    """One overlapped step under a ``Schedule`` over a worker's host/device state."""
+
+    def __init__(self, worker, sched: Schedule, host: dict) -> None:
+        import torch
+
+        self.w, self.s, self.host = worker, sched, host
+        prio = torch.cuda.Stream.priority_range()[1] if sched.priority else 0  # (low, high): high is the smaller
+        self.h2d_streams = [torch.cuda.Stream(worker.device, priority=prio) for _ in range(sched.h2d_streams)]
+        self.comp = torch.cuda.Stream(worker.device)
+        self.d2h = torch.cuda.Stream(worker.device)
+        item = host["param"].tensor.element_size()
+        self.host_dev = {}
+        if "sm" in (sched.h2d_engine, sched.d2h_engine):
+            self.host_dev = {n: _int_view(torch.as_tensor(_DeviceView(b.address, b.nbytes, item), device=worker.device))
+                             for n, b in host.items()}
+
+    def _copy(self, dst, src, engine: str) -> None:
+        import torch
+
+        if engine == "ce":
+            dst.copy_(src, non_blocking=True)
+        else:  # an elementwise kernel: SMs move the bytes, bit for bit
+            torch.bitwise_or(src, 0, out=dst)
+
+    def step(self, fn) -> float:
+        import torch
+
+        w, s = self.w, self.s
+        n, c = w.numel, s.chunk
+        chunks = [(i, min(c, n - i)) for i in range(0, n, c)]
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cur = torch.cuda.current_stream(w.device)
+        start.record(cur)
+        for st in (*self.h2d_streams, self.comp, self.d2h):
+            st.wait_event(start)
+        d, h, hd = w.dev, self.host, self.host_dev
+        hyper = w._hyper()
+        group_start = 0
+        for k, (off, cnt) in enumerate(chunks):
+            done = []
+            for j, st in enumerate(self.h2d_streams):
+                with torch.cuda.stream(st):
+                    for name in NAMES[j::len(self.h2d_streams)]:
+                        if s.h2d_engine == "ce":
+                            self._copy(d[name][off:off + cnt], h[name].tensor[off:off + cnt], "ce")
+                        else:
+                            self._copy(_int_view(d[name])[off:off + cnt], hd[name][off:off + cnt], "sm")
+                    ev = torch.cuda.Event()
+                    ev.record(st)
+                    done.append(ev)
+            with torch.cuda.stream(self.comp):
+                for ev in done:
+                    self.comp.wait_event(ev)
+                fn(d["param"][off:off + cnt], d["grad"][off:off + cnt], d["exp_avg"][off:off + cnt],
+                   d["exp_avg_sq"][off:off + cnt], **hyper)
+                computed = torch.cuda.Event()
+                computed.record(self.comp)
+            if (k + 1 - group_start) == s.d2h_group or k == len(chunks) - 1:
+                lo, hi = chunks[group_start][0], off + cnt
+                with torch.cuda.stream(self.d2h):
+                    self.d2h.wait_event(computed)
+                    for name in OUT_NAMES:
+                        if s.d2h_engine == "ce":
+                            self._copy(h[name].tensor[lo:hi], d[name][lo:hi], "ce")
+                        else:
+                            self._copy(hd[name][lo:hi], _int_view(d[name])[lo:hi], "sm")
+                group_start = k + 1
+        cur.wait_stream(self.d2h)
+        end.record(cur)
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
+def _make_worker(numel: int, dtype: str, gpu: int):
+    from .workers.adam_offload import Worker
+
+    w = Worker({"numel": numel, "dtype": dtype, "gpu": gpu, "rank": 0, "alloc": "register",
+                "variants": [{"impl": "ours", "schedule": "serial"}]})
+    info = w.setup()
+    return w, info
+
+
+def _huge_host(w) -> dict:
+    host = {n: _huge_buffer(w.numel, w.dtype) for n in NAMES}
+    for n in NAMES:
+        host[n].tensor.copy_(w.host[n].tensor)
+    return host
+
+
+def check_bit_identical(schedules: Sequence[Schedule], numel: int, dtype: str, gpu: int = 0) -> dict[str, str]:
+    """Each schedule's step vs the serial step from the same start state:
+    ``identical``, ``DIFFERENT`` or the error it raised."""
+    import torch
+
+    w, _ = _make_worker(numel, dtype, gpu)
+    try:
+        start = {n: w.host[n].tensor.clone() for n in NAMES}
+        fn = w.impls["ours"]
+
+        def reset():
+            for n in NAMES:
+                w.host[n].tensor.copy_(start[n])
+            w.step_no = 0
+
+        reset()
+        w.step({"schedule": "serial"})
+        want = {n: w.host[n].tensor.clone() for n in OUT_NAMES}
+        out = {}
+        for sched in schedules:
+            reset()
+            host = w.host
+            if sched.huge:
+                host = _huge_host(w)
+            w.step_no += 1
+            try:
+                Pipeline(w, dataclasses.replace(sched, chunk=min(sched.chunk, max(1, numel // 5))), host).step(fn)
+                diff = sum(int((host[n].tensor != want[n]).sum()) for n in OUT_NAMES)
+                out[sched.label()] = "identical" if diff == 0 else f"DIFFERENT in {diff} elements"
+            except Exception as e:  # noqa: BLE001 -- reported per schedule, the others still run
+                out[sched.label()] = f"{type(e).__name__}: {e}"
+            if sched.huge:
+                for b in host.values():
+                    b.release()
+        return out
+    finally:
+        w.close()
+
+
+def bidir_ceiling(w, nbytes: int, repeats: int = 8) -> tuple[float, float]:
+    """Best H2D and D2H GB/s while both directions copy ``nbytes`` at once."""
+    import torch
+
+    from .workers.hostmem import allocate
+
+    ha, hb = allocate(nbytes // 4, torch.float32, "register"), allocate(nbytes // 4, torch.float32, "register")
+    da = torch.empty(nbytes // 4, dtype=torch.float32, device=w.device)
+    db = torch.empty_like(da)
+    s0, s1 = torch.cuda.Stream(w.device), torch.cuda.Stream(w.device)
+    best_h, best_d = float("inf"), float("inf")
+    try:
+        for i in range(repeats + 2):
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            torch.cuda.synchronize(w.device)
+            with torch.cuda.stream(s0):
+                ev[0].record(s0)
+                da.copy_(ha.tensor, non_blocking=True)
+                ev[1].record(s0)
+            with torch.cuda.stream(s1):
+                ev[2].record(s1)
+                hb.tensor.copy_(db, non_blocking=True)
+                ev[3].record(s1)
+            torch.cuda.synchronize(w.device)
+            if i >= 2:
+                best_h = min(best_h, ev[0].elapsed_time(ev[1]) / 1e3)
+                best_d = min(best_d, ev[2].elapsed_time(ev[3]) / 1e3)
+    finally:
+        del da, db
+        ha.release()
+        hb.release()
+    return nbytes / best_h / 1e9, nbytes / best_d / 1e9
+
+
+def measure(numel: int, dtype: str, schedules: Sequence[Schedule], rounds: int = 8, gpu: int = 0) -> dict:
+    """Median step time per schedule (plus serial) and the run's ceilings."""
+    w, info = _make_worker(numel, dtype, gpu)
+    try:
+        item = w.host["param"].tensor.element_size()
+        fn = w.impls["ours"]
+        huge_host = _huge_host(w) if any(s.huge for s in schedules) else None
+        pipes = {s.label(): Pipeline(w, s, huge_host if s.huge else w.host) for s in schedules}
+        times: dict[str, list[float]] = {"serial": [], **{k: [] for k in pipes}}
+        for r in range(rounds + 2):
+            w.step_no += 1
+            t = w.step({"schedule": "serial"})["step"]
+            if r >= 2:
+                times["serial"].append(t)
+            for label, p in pipes.items():
+                w.step_no += 1
+                t = p.step(fn)
+                if r >= 2:
+                    times[label].append(t)
+        bound = max(4 * numel * item / (info["limit_h2d_GBps"] * 1e9), 3 * numel * item / (info["limit_d2h_GBps"] * 1e9))
+        rows = []
+        serial = statistics.median(times["serial"])
+        for label, ts in times.items():
+            med = statistics.median(ts)
+            rows.append({"schedule": label, "median_ms": med * 1e3, "min_ms": min(ts) * 1e3,
+                         "max_ms": max(ts) * 1e3, "ratio_to_bound": med / bound, "speedup_vs_serial": serial / med})
+        big = bidir_ceiling(w, 2 << 30)
+        anon_huge_kb = _meminfo("AnonHugePages")
+        if huge_host:
+            for b in huge_host.values():
+                b.release()
+        return {"rows": rows, "bound_ms": bound * 1e3, "numel": numel, "dtype": dtype,
+                "limits": {k: round(v, 2) for k, v in info.items() if k.startswith("limit_")},
+                "bidir_2GiB": [round(x, 2) for x in big], "AnonHugePages_kB_during": anon_huge_kb,
+                "thp": _thp()}
+    finally:
+        w.close()
+
+
+def _meminfo(key: str) -> int | None:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return None
+
+
+def _thp() -> str:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return f.read().strip()
+    except OSError as e:
+        return f"unreadable ({e})"
+
+
+def parse_schedules(text: str, default_chunk: int) -> list[Schedule]:
+    """``;``-separated schedules of ``key=value`` pairs joined by ``,``; e.g.
+    ``chunk=8388608;chunk=2097152,d2h_group=4;h2d_engine=sm``."""
+    fields = {f.name: f.type for f in dataclasses.fields(Schedule)}
+    out = []
+    for spec in filter(None, (s.strip() for s in text.split(";"))):
+        kw: dict = {"chunk": default_chunk}
+        for pair in filter(None, spec.split(",")):
+            key, _, value = pair.partition("=")
+            if key not in fields:
+                raise ValueError(f"unknown schedule key {key!r} in {spec!r}: allowed {', '.join(fields)}")
+            if key in ("chunk", "d2h_group", "h2d_streams"):
+                kw[key] = int(value)
+            elif key in ("priority", "huge"):
+                kw[key] = value.lower() in ("1", "true", "yes", "")
+            else:
+                if value not in ("ce", "sm"):
+                    raise ValueError(f"{key}={value!r}: allowed ce, sm")
+                kw[key] = value
+        out.append(Schedule(**kw))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--numel", type=int, default=545259520)
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--check-numel", type=int, default=1 << 23)
+    p.add_argument("--schedules", default="chunk=2097152;chunk=8388608")
+    args = p.parse_args(argv)
+    from .workers.adam_offload import auto_chunk
+
+    import torch
+
+    item = torch.empty((), dtype={"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]).element_size()
+    schedules = parse_schedules(args.schedules, auto_chunk(args.numel, item))
+    t0 = time.time()
+    ok = check_bit_identical(schedules, args.check_numel, args.dtype)
+    for label, verdict in ok.items():
+        print(f"vs serial at {args.check_numel}: {verdict:28}  {label}")
+    good = [s for s in schedules if ok[s.label()] == "identical"]
+    res = measure(args.numel, args.dtype, good, args.rounds)
+    print(f"numel {res['numel']} {res['dtype']}: unidirectional bound {res['bound_ms']:.1f} ms; limits {res['limits']}; "
+          f"bidir at 2 GiB H2D/D2H {res['bidir_2GiB']} GB/s; THP {res['thp']}; AnonHugePages {res['AnonHugePages_kB_during']} kB")
+    for r in res["rows"]:
+        print(f"{r['schedule']:50} median {r['median_ms']:8.2f} ms (min {r['min_ms']:.2f} max {r['max_ms']:.2f}) "
+              f"x bound {r['ratio_to_bound']:.3f}  speed-up vs serial {r['speedup_vs_serial']:.2f}x")
+    print(f"total {time.time() - t0:.0f} s")
+    return 0 if len(good) == len(schedules) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
