@@ -109,6 +109,8 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
                       "dtype": case.dtype, "itemsize": case.itemsize, "policy": str(policy),
                       "cpu_node": r.cpu_node, "variants": [dict(v) for v in variants],
                       "cpus": list(topology.node(r.cpu_node).cpus) if r.cpu_node is not None else None,
+                      # ranks whose threads share those CPUs: a worker sizes its thread pool by it
+                      "cpu_share": sum(1 for o in ranks if o.cpu_node == r.cpu_node),
                       **(spec_extra or {})})
     weights = WeightSetting(case.policy.weight_map) if case.policy.kind == "weighted" else contextlib.nullcontext()
     from .workers.group import WorkerGroup

@@ -16,7 +16,7 @@ from numabench.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0002_h100-all.json"
-H200 = ROOT / "baselines/H200x2_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0002_h200x2-all.json"
+H200 = ROOT / "baselines/H200x2_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0003_h200x2-all.json"
 KEY = "H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13"
 
 

@@ -20,7 +20,7 @@ from numabench.models import build_model, count_params, lm_loss  # noqa: E402
 from numabench.policy import Policy  # noqa: E402
 from numabench.runner import run_case  # noqa: E402
 from numabench.topology import discover  # noqa: E402
-from numabench.workers.train_step import Trainer  # noqa: E402
+from numabench.workers.train_step import Trainer, rank_threads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
@@ -84,6 +84,9 @@ def test_two_ranks_over_gloo(mode):
                    spec_extra={"master_addr": "127.0.0.1", "master_port": free_port()})
     a, b = res.setup_info
     assert a["backend"] == "gloo" and a["tokens_per_step"] == 8 * 64
+    # both ranks sit on this machine's one node: they share its CPUs, never oversubscribe them
+    share = sum(1 for r in FAM.ranks(c, TOPO) if r.cpu_node == FAM.ranks(c, TOPO)[0].cpu_node)
+    assert a["threads"] == b["threads"] == max(1, len(TOPO.node(FAM.ranks(c, TOPO)[0].cpu_node).cpus) // share)
     assert a["setup_losses"] != b["setup_losses"]  # each rank saw its own data
     if mode == "ddp":
         assert a["param_digest"] == b["param_digest"]
@@ -93,6 +96,24 @@ def test_two_ranks_over_gloo(mode):
     m = FAM_MOD.metrics(res, "step")
     assert min(res.phases["step"]) > 0 and m["tokens_per_s"] > 0 and m["tflops"] > 0
     assert m["host_bytes_by_node_per_rank"][0] and m["mem_peak_per_rank_bytes"] == [None, None]
+    assert m["threads_per_rank"] == [a["threads"], b["threads"]]
+
+
+@pytest.mark.parametrize("spec, env, want", [
+    ({"cpus": list(range(32)), "cpu_share": 2, "nprocess": 2}, {}, 16),
+    ({"cpus": list(range(32)), "cpu_share": 1, "nprocess": 2}, {}, 32),  # one rank per socket
+    ({"cpus": [0, 1], "cpu_share": 4, "nprocess": 4}, {}, 1),
+    ({"cpus": None, "nprocess": 2}, {}, None),
+    ({"cpus": list(range(32)), "cpu_share": 2}, {"NUMABENCH_RANK_THREADS": "5"}, 5),
+    ({"cpus": list(range(32)), "cpu_share": 2}, {"NUMABENCH_RANK_THREADS": "0"}, None),
+])
+def test_rank_threads_split_a_nodes_cpus_among_its_ranks(spec, env, want):
+    assert rank_threads(spec, env) == want
+
+
+def test_rank_threads_rejects_a_bad_override():
+    with pytest.raises(ValueError, match="NUMABENCH_RANK_THREADS='four': allowed a whole number"):
+        rank_threads({"cpus": [0]}, {"NUMABENCH_RANK_THREADS": "four"})
 
 
 def test_cpu_only_skips_say_why():
@@ -148,6 +169,12 @@ def test_gpu_modes(mode, dtype):
         assert all(i["placed"] == "host state" and i["host_state_bytes"] > 0 for i in infos)
         # the offloaded state is on the host, the GPU holds far less than params + Adam state
         assert infos[0]["host_state_bytes"] >= 3 * 4 * infos[0]["n_params"] // n * 0.9
+    # ranks on one node split its CPUs (fsdp-offload's optimizer runs there)
+    ranks = FAM.ranks(c, TOPO)
+    for r, info in zip(ranks, infos):
+        if r.cpu_node is not None:
+            share = sum(1 for o in ranks if o.cpu_node == r.cpu_node)
+            assert info["threads"] == max(1, len(TOPO.node(r.cpu_node).cpus) // share)
     m = FAM_MOD.metrics(res, "step")
     assert m["tokens_per_s"] > 0 and m["tflops"] > 0
 

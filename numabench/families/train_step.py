@@ -94,5 +94,6 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "mem_peak_per_rank_bytes": [i["peak_gpu_bytes"] for i in infos],
         "host_bytes_by_node_per_rank": [i["host_bytes_by_node"]["bytes_by_node"] for i in infos],
         "host_state_bytes_per_rank": [i["host_state_bytes"] for i in infos],
+        "threads_per_rank": [i.get("threads") for i in infos],
         "placed": info["placed"], "setup_losses_rank0": info["setup_losses"], "device": info["device_name"],
     }

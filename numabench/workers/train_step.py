@@ -196,6 +196,26 @@ def derived_port(spec: dict) -> int:
     return 20000 + zlib.crc32(f"{os.getppid()}:{key}".encode()) % 30000
 
 
+def rank_threads(spec: dict, env: dict | None = None) -> int | None:
+    """torch's intra-op threads for this rank: its CPUs shared among the ranks
+    bound to the same node (``cpu_share``), so that ranks side by side do not
+    run more threads than there are cores (GPU ranks too: FSDP's CPU offload
+    runs the optimizer on the host). ``NUMABENCH_RANK_THREADS=N`` sets N, ``0``
+    leaves torch's default (one thread per CPU the process may run on). None:
+    leave torch's default (no CPUs known)."""
+    env = os.environ if env is None else env
+    forced = env.get("NUMABENCH_RANK_THREADS", "").strip()
+    if forced:
+        if not forced.isdigit():
+            raise ValueError(f"NUMABENCH_RANK_THREADS={forced!r}: allowed a whole number (0: torch's default)")
+        return int(forced) or None
+    cpus = spec.get("cpus")
+    if not cpus:
+        return None
+    share = int(spec.get("cpu_share") or spec.get("nprocess") or 1)
+    return max(1, len(cpus) // share)
+
+
 class Worker:
     def __init__(self, spec: dict) -> None:
         self.spec = spec
@@ -215,8 +235,9 @@ class Worker:
         device = torch.device("cuda", int(spec["gpu"])) if cuda else torch.device("cpu")
         if cuda:
             torch.cuda.set_device(device)
-        elif spec.get("cpus"):
-            torch.set_num_threads(max(1, len(spec["cpus"]) // world))
+        threads = rank_threads(spec)
+        if threads:
+            torch.set_num_threads(threads)
         addr = str(spec.get("master_addr") or "127.0.0.1")
         port = int(spec.get("master_port") or derived_port(spec))
         dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
