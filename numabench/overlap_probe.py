@@ -225,38 +225,25 @@ def check_bit_identical(schedules: Sequence[Schedule], numel: int, dtype: str, g
         w.close()
 
 
-def bidir_ceiling(w, nbytes: int, repeats: int = 8) -> tuple[float, float]:
-    """Best H2D and D2H GB/s while both directions copy ``nbytes`` at once."""
+def bidir_ceiling(w, nbytes: int) -> tuple[float, float]:
+    """Best H2D and D2H GB/s while both directions copy ``nbytes`` at once (the
+    worker's own ceiling uses 256 MiB; this shows whether a larger buffer gets less)."""
     import torch
 
+    from .workers.adam_offload import bidir_copy_seconds
     from .workers.hostmem import allocate
 
     ha, hb = allocate(nbytes // 4, torch.float32, "register"), allocate(nbytes // 4, torch.float32, "register")
     da = torch.empty(nbytes // 4, dtype=torch.float32, device=w.device)
     db = torch.empty_like(da)
-    s0, s1 = torch.cuda.Stream(w.device), torch.cuda.Stream(w.device)
-    best_h, best_d = float("inf"), float("inf")
     try:
-        for i in range(repeats + 2):
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-            torch.cuda.synchronize(w.device)
-            with torch.cuda.stream(s0):
-                ev[0].record(s0)
-                da.copy_(ha.tensor, non_blocking=True)
-                ev[1].record(s0)
-            with torch.cuda.stream(s1):
-                ev[2].record(s1)
-                hb.tensor.copy_(db, non_blocking=True)
-                ev[3].record(s1)
-            torch.cuda.synchronize(w.device)
-            if i >= 2:
-                best_h = min(best_h, ev[0].elapsed_time(ev[1]) / 1e3)
-                best_d = min(best_d, ev[2].elapsed_time(ev[3]) / 1e3)
+        t_h2d, t_d2h = bidir_copy_seconds(da, ha.tensor, hb.tensor, db,
+                                          (torch.cuda.Stream(w.device), torch.cuda.Stream(w.device)))
     finally:
         del da, db
         ha.release()
         hb.release()
-    return nbytes / best_h / 1e9, nbytes / best_d / 1e9
+    return nbytes / t_h2d / 1e9, nbytes / t_d2h / 1e9
 
 
 def measure(numel: int, dtype: str, schedules: Sequence[Schedule], rounds: int = 8, gpu: int = 0) -> dict:

@@ -52,6 +52,34 @@ def torch_fused_step_(param, grad, exp_avg, exp_avg_sq, *, lr, beta1=0.9, beta2=
        weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False)
 
 
+def bidir_copy_seconds(dev_in, host_in, host_out, dev_out, streams, repeats: int = 8) -> tuple[float, float]:
+    """Fastest H2D (host_in -> dev_in) and D2H (dev_out -> host_out) times, in
+    seconds, over ``repeats`` rounds (after 2 warm-ups) in which both copies run
+    at once on the two given streams: what each direction gets while the other
+    is busy."""
+    import torch
+
+    s_h2d, s_d2h = streams
+    device = dev_in.device
+    evs = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+    h2d, d2h = [], []
+    for i in range(repeats + 2):
+        torch.cuda.synchronize(device)
+        with torch.cuda.stream(s_h2d):
+            evs[0].record(s_h2d)
+            dev_in.copy_(host_in, non_blocking=True)
+            evs[1].record(s_h2d)
+        with torch.cuda.stream(s_d2h):
+            evs[2].record(s_d2h)
+            host_out.copy_(dev_out, non_blocking=True)
+            evs[3].record(s_d2h)
+        torch.cuda.synchronize(device)
+        if i >= 2:
+            h2d.append(evs[0].elapsed_time(evs[1]) / 1e3)
+            d2h.append(evs[2].elapsed_time(evs[3]) / 1e3)
+    return min(h2d), min(d2h)
+
+
 class Worker:
     def __init__(self, spec: dict) -> None:
         import torch
@@ -138,32 +166,13 @@ class Worker:
                     times.append(e0.elapsed_time(e1) / 1e3)
             return min(times)
 
-        def both() -> tuple[float, float]:
-            evs = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-            h2d, d2h = [], []
-            for i in range(10):
-                torch.cuda.synchronize(self.device)
-                with torch.cuda.stream(s0):
-                    evs[0].record(s0)
-                    dev_b.copy_(host_a.tensor, non_blocking=True)
-                    evs[1].record(s0)
-                with torch.cuda.stream(s1):
-                    evs[2].record(s1)
-                    host_b.tensor.copy_(dev_a, non_blocking=True)
-                    evs[3].record(s1)
-                torch.cuda.synchronize(self.device)
-                if i >= 2:
-                    h2d.append(evs[0].elapsed_time(evs[1]) / 1e3)
-                    d2h.append(evs[2].elapsed_time(evs[3]) / 1e3)
-            return min(h2d), min(d2h)
-
         try:
             out = {
                 "limit_h2d_GBps": nbytes / best(lambda: dev_a.copy_(host_a.tensor, non_blocking=True), s0) / 1e9,
                 "limit_d2h_GBps": nbytes / best(lambda: host_a.tensor.copy_(dev_a, non_blocking=True), s0) / 1e9,
                 "limit_d2d_GBps": 2 * LIMIT_D2D_BYTES / best(lambda: big_b.copy_(big_a), s0) / 1e9,  # read+write
             }
-            t_h2d, t_d2h = both()
+            t_h2d, t_d2h = bidir_copy_seconds(dev_b, host_a.tensor, host_b.tensor, dev_a, (s0, s1))
             out["limit_bidir_h2d_GBps"] = nbytes / t_h2d / 1e9
             out["limit_bidir_d2h_GBps"] = nbytes / t_d2h / 1e9
         finally:

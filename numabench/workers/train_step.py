@@ -212,7 +212,7 @@ def rank_threads(spec: dict, env: dict | None = None) -> int | None:
     cpus = spec.get("cpus")
     if not cpus:
         return None
-    share = int(spec.get("cpu_share") or spec.get("nprocess") or 1)
+    share = int(spec.get("cpu_share") or 1)
     return max(1, len(cpus) // share)
 
 
