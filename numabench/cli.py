@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Sequence
 
+from .compare import DEFAULT_THRESHOLD
 from .errors import NumabenchError
 
 
@@ -92,7 +93,7 @@ def cmd_report(ns: argparse.Namespace) -> int:
 def cmd_compare(ns: argparse.Namespace) -> int:
     from .compare import compare_runs, render
 
-    res = compare_runs(ns.old, ns.new, threshold=ns.threshold, alpha=ns.alpha, allow_foreign=ns.allow_foreign)
+    res = compare_runs(ns.old, ns.new, threshold=ns.threshold, allow_foreign=ns.allow_foreign)
     print(render(res, show="changed" if ns.changed_only else "all"))
     return res.exit_code
 
@@ -100,10 +101,12 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 def cmd_merge(ns: argparse.Namespace) -> int:
     from .merge import merge_runs, write_run
 
-    res = merge_runs(ns.runs, allow_foreign=ns.allow_foreign, require_data=not ns.allow_no_data)
+    res = merge_runs(ns.runs, allow_foreign=ns.allow_foreign, require_data=not ns.allow_no_data,
+                     replace=ns.replace)
     path = write_run(res.run, ns.output)
+    how = "the later run's entry kept" if ns.replace else "their invocations pooled"
     print(f"{path}: {len(res.run['benchmarks'])} benchmarks from {len(ns.runs)} runs"
-          + (f"; {len(res.replaced)} measured again, the later run's entry kept" if res.replaced else ""))
+          + (f"; {len(res.again)} measured by several runs, {how}" if res.again else ""))
     return 0
 
 
@@ -147,20 +150,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="only benchmarks with this axis value, e.g. --where dtype=fp32 --where impl=ours")
     p.add_argument("--no-plots", action="store_true", help="write report.md without PNGs")
     p.set_defaults(func=cmd_report)
-    p = sub.add_parser("compare", help="compare run NEW against baseline OLD (threshold on medians + "
-                                       "Mann-Whitney U on per-round data); exit 1 on a significant regression")
+    p = sub.add_parser("compare", help="judge run NEW against baseline OLD: slower or faster only beyond the "
+                                       "baseline's band of invocation medians by more than the threshold; exit 1 "
+                                       "on a regression")
     p.add_argument("old", help="baseline run JSON")
     p.add_argument("new", help="new run JSON")
-    p.add_argument("--threshold", default="5%", help="smallest change of the median that counts (default 5%%)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the U test (default 0.05)")
+    p.add_argument("--threshold", default=DEFAULT_THRESHOLD,
+                   help=f"how far beyond the band a value must lie (default {DEFAULT_THRESHOLD.replace('%', '%%')})")
     p.add_argument("--allow-foreign", action="store_true", help="compare runs from different hardware keys")
     p.add_argument("--changed-only", action="store_true", help="list only benchmarks whose verdict is not 'same'")
     p.set_defaults(func=cmd_compare)
-    p = sub.add_parser("merge", help="join saved runs of one machine into one baseline run (later entries win)")
+    p = sub.add_parser("merge", help="join saved runs of one hardware key into one baseline run (an entry several "
+                                     "runs measured: its invocations pooled)")
     p.add_argument("output", help="the new run file, e.g. baselines/<key>/<platform>/0002_name.json")
     p.add_argument("runs", nargs="+", help="saved runs, oldest first")
     p.add_argument("--allow-foreign", action="store_true", help="merge runs from different hardware keys")
     p.add_argument("--allow-no-data", action="store_true", help="accept entries without per-round data")
+    p.add_argument("--replace", action="store_true",
+                   help="an entry several runs measured: keep the last run's instead of pooling")
     p.set_defaults(func=cmd_merge)
     ns = parser.parse_args(argv)
     try:

@@ -1,14 +1,20 @@
-"""Statistical compare of two pytest-benchmark runs (saved runs or --benchmark-json files).
+"""The regression decision: a new result against a baseline's between-invocation band.
 
-A benchmark is flagged only when its change is both larger than a threshold
-(on medians) and significant: a two-sided Mann-Whitney U test on the per-round
-durations ``stats.data`` (saved with ``--benchmark-save-data``). Without
-per-round data on either side the verdict is "no data", never significant.
+Rounds of one run are not independent samples (numabench.invocations), so a
+test on rounds reads the drift between runs as a regression. The baseline
+entry's *band* is the range of its invocation medians (fresh processes, fresh
+buffers; pooled from several runs and machines of one hardware key by
+``numabench merge``). A new value is
 
-The U test is implemented here (scipy may be absent): exact distribution when
-one sample has at most 8 values and there are no ties, otherwise the normal
-approximation with tie correction and continuity correction (scipy's
-``mannwhitneyu(..., method="auto")`` rules, so the two agree).
+- ``slower`` when it lies above the band's top by more than the threshold,
+- ``faster`` when it lies below the band's bottom by more than the threshold,
+- ``same`` otherwise.
+
+The new value is the median of the new run's invocation medians. In a pytest
+session a ``slower`` entry is re-run as fresh invocations (``--numa-confirm``)
+and is a regression only when the confirmation is ``slower`` too; an offline
+compare of two files cannot re-run, so its ``slower`` entries count as
+regressions as they are.
 
 Library code does not print: :func:`compare_runs` returns a
 :class:`CompareResult`; :func:`render` makes its text.
@@ -16,98 +22,24 @@ Library code does not print: :func:`compare_runs` returns a
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from .errors import UsageError
 from .hwkey import run_hardware_key
+from .invocations import invocation_medians
 from .seedcsv import load_run
 
-FASTER, SLOWER, SAME, NOT_SIGNIFICANT, NO_DATA = "faster", "slower", "same", "not significant", "no data"
+FASTER, SLOWER, SAME, NO_BASELINE = "faster", "slower", "same", "no baseline"
+DEFAULT_THRESHOLD = "3%"
+MIN_BAND_INVOCATIONS = 3  # fewer: the band says little about the noise between invocations
 
 
 class ForeignHardwareError(UsageError):
     """The two runs were measured on different hardware."""
 
-
-# -- Mann-Whitney U ----------------------------------------------------------------
-
-def _rank(values: list[float]) -> tuple[list[float], list[int]]:
-    """Average ranks (1-based) and the sizes of the tie groups."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    ties = []
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        avg = (i + j) / 2 + 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = avg
-        ties.append(j - i + 1)
-        i = j + 1
-    return ranks, ties
-
-
-def _u_counts(m: int, n: int) -> list[int]:
-    """Number of orderings giving each U in 0..m*n: the coefficients of the Gaussian
-    binomial [m+n choose m]_q = prod_{i=1..m} (1 - q^(n+i)) / (1 - q^i)."""
-    if m > n:
-        m, n = n, m
-    deg = m * n
-    poly = [0] * (deg + 1)
-    poly[0] = 1
-    for i in range(1, m + 1):
-        k = n + i
-        for d in range(deg, k - 1, -1):  # multiply by (1 - q^k)
-            poly[d] -= poly[d - k]
-        for d in range(i, deg + 1):  # divide by (1 - q^i): c[d] += c[d - i]
-            poly[d] += poly[d - i]
-    return poly
-
-
-def _norm_sf(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
-@dataclass(frozen=True)
-class UTest:
-    u: float  # U of the first sample (scipy's statistic)
-    p_value: float
-    method: str  # "exact" or "asymptotic"
-
-
-def mann_whitney_u(x: list[float], y: list[float], method: str = "auto") -> UTest:
-    """Two-sided Mann-Whitney U test of x against y."""
-    n1, n2 = len(x), len(y)
-    if n1 == 0 or n2 == 0:
-        raise ValueError("Mann-Whitney U needs at least one value in each sample")
-    ranks, ties = _rank(list(x) + list(y))
-    r1 = sum(ranks[:n1])
-    u1 = r1 - n1 * (n1 + 1) / 2
-    u = max(u1, n1 * n2 - u1)
-    if method == "auto":
-        method = "exact" if (n1 <= 8 or n2 <= 8) and max(ties) == 1 else "asymptotic"
-    if method == "exact":
-        counts = _u_counts(n1, n2)
-        total = sum(counts)
-        p = 2 * sum(counts[math.ceil(u):]) / total
-    elif method == "asymptotic":
-        n = n1 + n2
-        tie_term = sum(t ** 3 - t for t in ties) / (n * (n - 1)) if n > 1 else 0.0
-        var = n1 * n2 / 12 * ((n + 1) - tie_term)
-        if var <= 0:
-            p = 1.0  # every value equal: no evidence of a difference
-        else:
-            z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(var)
-            p = 2 * _norm_sf(z)
-    else:
-        raise ValueError(f"unknown method {method!r}: allowed auto, exact, asymptotic")
-    return UTest(u1, min(max(p, 0.0), 1.0), method)
-
-
-# -- compare -------------------------------------------------------------------------
 
 def parse_threshold(text: str | float) -> float:
     """'5%' or '5' -> 5.0 (percent)."""
@@ -115,48 +47,126 @@ def parse_threshold(text: str | float) -> float:
     try:
         value = float(raw[:-1] if raw.endswith("%") else raw)
     except ValueError:
-        raise UsageError(f"bad threshold {text!r}: write a percentage, e.g. 5% or 2.5") from None
+        raise UsageError(f"bad threshold {text!r}: write a percentage, e.g. 3% or 2.5") from None
     if not (value >= 0 and math.isfinite(value)):
         raise UsageError(f"bad threshold {text!r}: must be a percentage >= 0")
     return value
+
+
+@dataclass(frozen=True)
+class Band:
+    """The range of a baseline entry's invocation medians (seconds)."""
+    low: float
+    high: float
+    center: float
+    invocations: int
+
+    @classmethod
+    def of(cls, medians: Sequence[float]) -> "Band":
+        if not medians:
+            raise ValueError("a band needs at least one invocation median")
+        return cls(min(medians), max(medians), statistics.median(medians), len(medians))
+
+    @property
+    def width_pct(self) -> float:
+        return (self.high / self.low - 1) * 100
+
+
+def judge(band: Band, value: float, threshold_pct: float) -> str:
+    """slower / faster / same for ``value`` against ``band`` with ``threshold_pct`` beyond its edges."""
+    t = threshold_pct / 100
+    if value > band.high * (1 + t):
+        return SLOWER
+    if value < band.low / (1 + t):
+        return FASTER
+    return SAME
 
 
 @dataclass
 class Row:
     name: str
     fullname: str
-    old_median_s: float
-    new_median_s: float
-    change_pct: float
-    p_value: float | None
+    band: Band | None  # None: the entry is not in the baseline
+    new_medians: list[float]
     verdict: str
-    method: str | None = None
+    confirm_medians: list[float] = field(default_factory=list)
+    confirm_verdict: str | None = None  # None: no confirmation ran
+
+    @property
+    def new_value(self) -> float:
+        return statistics.median(self.new_medians)
+
+    @property
+    def change_pct(self) -> float | None:
+        return None if self.band is None else (self.new_value / self.band.center - 1) * 100
+
+    @property
+    def beyond_band_pct(self) -> float | None:
+        """How far the new value lies outside the band (0 inside it), signed: + above, - below."""
+        if self.band is None:
+            return None
+        v = self.new_value
+        if v > self.band.high:
+            return (v / self.band.high - 1) * 100
+        if v < self.band.low:
+            return (v / self.band.low - 1) * 100
+        return 0.0
+
+    @property
+    def regression(self) -> bool:
+        """Slower, and the confirmation (where one ran) agrees."""
+        return self.verdict == SLOWER and self.confirm_verdict in (None, SLOWER)
+
+    @property
+    def confirmed_text(self) -> str:
+        if self.confirm_verdict is None:
+            return "-"
+        return "confirmed" if self.confirm_verdict == self.verdict else f"not confirmed ({self.confirm_verdict})"
+
+
+def judge_entry(name: str, fullname: str, baseline: dict | None, new_medians: Sequence[float],
+                threshold_pct: float) -> Row:
+    """A row for one entry: ``baseline`` is the baseline run's benchmark dict (None if absent)."""
+    if not new_medians:
+        raise ValueError(f"{fullname}: no new invocation medians")
+    meds = invocation_medians(baseline) if baseline is not None else []
+    if not meds:
+        return Row(name, fullname, None, list(new_medians), NO_BASELINE)
+    band = Band.of(meds)
+    return Row(name, fullname, band, list(new_medians), judge(band, statistics.median(new_medians), threshold_pct))
+
+
+def confirm(row: Row, confirm_medians: Sequence[float], threshold_pct: float) -> Row:
+    """``row`` with the verdict of fresh invocations' medians (the confirmation) added."""
+    if row.band is None or not confirm_medians:
+        return row
+    row.confirm_medians = list(confirm_medians)
+    row.confirm_verdict = judge(row.band, statistics.median(confirm_medians), threshold_pct)
+    return row
 
 
 @dataclass
 class CompareResult:
-    old_path: str
-    new_path: str
-    old_key: str | None
+    baseline: str
+    new: str
+    baseline_key: str | None
     new_key: str | None
     threshold_pct: float
-    alpha: float
     rows: list[Row] = field(default_factory=list)
-    only_old: list[str] = field(default_factory=list)
-    only_new: list[str] = field(default_factory=list)
+    only_baseline: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Row]:
-        return [r for r in self.rows if r.verdict == SLOWER]
+        return [r for r in self.rows if r.regression]
 
     @property
-    def improvements(self) -> list[Row]:
-        return [r for r in self.rows if r.verdict == FASTER]
+    def compared(self) -> list[Row]:
+        return [r for r in self.rows if r.band is not None]
 
     @property
     def geomean_ratio(self) -> float | None:
-        """Geometric mean of new/old medians over the benchmarks both runs have."""
-        ratios = [r.new_median_s / r.old_median_s for r in self.rows if r.old_median_s > 0 and r.new_median_s > 0]
+        """Geometric mean of new value / band center over the entries both runs have."""
+        ratios = [r.new_value / r.band.center for r in self.compared if r.band.center > 0]
         if not ratios:
             return None
         return math.exp(sum(math.log(v) for v in ratios) / len(ratios))
@@ -171,85 +181,99 @@ class CompareResult:
             out[r.verdict] = out.get(r.verdict, 0) + 1
         return out
 
+    @property
+    def thin_bands(self) -> int:
+        """Compared entries whose band has fewer than MIN_BAND_INVOCATIONS invocations."""
+        return sum(1 for r in self.compared if r.band.invocations < MIN_BAND_INVOCATIONS)
 
 
-def _data(b: dict) -> list[float] | None:
-    data = b.get("stats", {}).get("data")
-    return list(data) if isinstance(data, list) and data else None
-
-
-def verdict(change_pct: float, p_value: float | None, threshold_pct: float, alpha: float) -> str:
-    if p_value is None:
-        return NO_DATA
-    if abs(change_pct) <= threshold_pct:
-        return SAME
-    if p_value >= alpha:
-        return NOT_SIGNIFICANT
-    return SLOWER if change_pct > 0 else FASTER
-
-
-def compare_runs(old: str | Path | dict, new: str | Path | dict, *, threshold: str | float = "5%",
-                 alpha: float = 0.05, allow_foreign: bool = False) -> CompareResult:
-    """Compare run ``new`` against baseline ``old`` (paths or loaded run dicts)."""
+def compare_runs(baseline: str | Path | dict, new: str | Path | dict, *, threshold: str | float = DEFAULT_THRESHOLD,
+                 allow_foreign: bool = False) -> CompareResult:
+    """Judge every entry of run ``new`` against the bands of run ``baseline`` (paths or loaded runs)."""
     threshold_pct = parse_threshold(threshold)
-    if not 0 < alpha < 1:
-        raise UsageError(f"bad alpha {alpha!r}: must be between 0 and 1, e.g. 0.05")
-    a = old if isinstance(old, dict) else load_run(old)
+    a = baseline if isinstance(baseline, dict) else load_run(baseline)
     b = new if isinstance(new, dict) else load_run(new)
     ka, kb = run_hardware_key(a), run_hardware_key(b)
     if ka != kb and not allow_foreign:
         raise ForeignHardwareError(f"runs were measured on different hardware ({ka!r} vs {kb!r}): refusing to "
                                    "compare (pass --allow-foreign to compare anyway)")
-    res = CompareResult(str(old) if not isinstance(old, dict) else "<old>",
-                        str(new) if not isinstance(new, dict) else "<new>", ka, kb, threshold_pct, alpha)
+    res = CompareResult(str(baseline) if not isinstance(baseline, dict) else "<baseline>",
+                        str(new) if not isinstance(new, dict) else "<new>", ka, kb, threshold_pct)
     olds = {x["fullname"]: x for x in a["benchmarks"]}
-    news = {x["fullname"]: x for x in b["benchmarks"]}
-    for fullname, nb in news.items():
-        ob = olds.get(fullname)
-        if ob is None:
-            res.only_new.append(fullname)
+    for nb in b["benchmarks"]:
+        meds = invocation_medians(nb)
+        if not meds:
             continue
-        om, nm = ob["stats"]["median"], nb["stats"]["median"]
-        change = (nm / om - 1) * 100 if om > 0 else math.inf
-        od, nd = _data(ob), _data(nb)
-        p = method = None
-        if od and nd:
-            t = mann_whitney_u(od, nd)
-            p, method = t.p_value, t.method
-        res.rows.append(Row(nb.get("name", fullname), fullname, om, nm, change, p,
-                            verdict(change, p, threshold_pct, alpha), method))
-    res.only_old = [f for f in olds if f not in news]
+        res.rows.append(judge_entry(nb.get("name", nb["fullname"]), nb["fullname"], olds.get(nb["fullname"]),
+                                    meds, threshold_pct))
+    news = {x["fullname"] for x in b["benchmarks"]}
+    res.only_baseline = [f for f in olds if f not in news]
     return res
 
 
-def _fmt_ms(s: float) -> str:
+def _ms(s: float) -> str:
     return f"{s * 1e3:.4g}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1f}"
+
+
+HEADER = ("benchmark", "baseline ms", "band ms (invocations)", "new ms", "change %", "beyond band %", "verdict",
+          "confirmation")
+
+
+def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
+    out = []
+    for r in rows:
+        band = "-" if r.band is None else f"{_ms(r.band.low)}-{_ms(r.band.high)} ({r.band.invocations})"
+        new = _ms(r.new_value) + ("" if not r.confirm_medians else f" / {_ms(statistics.median(r.confirm_medians))}")
+        out.append((r.name, "-" if r.band is None else _ms(r.band.center), band, new, _pct(r.change_pct),
+                    _pct(r.beyond_band_pct), r.verdict, r.confirmed_text))
+    return out
+
+
+def format_table(header: Sequence[str], body: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> list[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *body)]
+
+    def fmt(cells: Sequence[str]) -> str:
+        return "  ".join(str(c).ljust(w) if i in left else str(c).rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    return [fmt(header), "  ".join("-" * w for w in widths), *(fmt(c) for c in body)]
+
+
+def summary_lines(res: CompareResult) -> list[str]:
+    counts = res.counts()
+    lines = [f"{len(res.rows)} entries: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
+                                                       (SLOWER, FASTER, SAME, NO_BASELINE))]
+    confirmed = [r for r in res.rows if r.confirm_verdict is not None]
+    if confirmed:
+        lines.append(f"confirmation re-ran {len(confirmed)} entries: "
+                     f"{sum(r.confirm_verdict == r.verdict for r in confirmed)} confirmed")
+    if res.only_baseline:
+        lines.append(f"{len(res.only_baseline)} baseline entries not measured in this run (not compared)")
+    if counts.get(NO_BASELINE):
+        lines.append(f"{counts[NO_BASELINE]} entries have no baseline entry: NOT GATED (save a baseline that "
+                     "holds them)")
+    if res.thin_bands:
+        lines.append(f"{res.thin_bands} compared entries have a band of fewer than {MIN_BAND_INVOCATIONS} "
+                     "invocations: re-save the baseline with --numa-repeats=3 (or merge more runs)")
+    g = res.geomean_ratio
+    if g is not None:
+        lines.append(f"geometric mean of new/baseline: {g:.4f} ({(g - 1) * 100:+.2f}%)")
+    if res.regressions:
+        lines.append(f"REGRESSION: {len(res.regressions)} entries slower than the baseline's band by more than "
+                     f"{res.threshold_pct:g}%")
+    return lines
 
 
 def render(res: CompareResult, *, show: str = "all") -> str:
     """Text for the terminal. ``show``: all, changed (everything but "same")."""
     rows = res.rows if show == "all" else [r for r in res.rows if r.verdict != SAME]
-    header = ("benchmark", "old median ms", "new median ms", "change %", "p-value", "verdict")
-    body = [(r.name, _fmt_ms(r.old_median_s), _fmt_ms(r.new_median_s), f"{r.change_pct:+.2f}",
-             "-" if r.p_value is None else f"{r.p_value:.3g}", r.verdict) for r in rows]
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *body)]
-    lines = [f"old: {res.old_path} [{res.old_key}]", f"new: {res.new_path} [{res.new_key}]",
-             f"threshold {res.threshold_pct:g}% on medians, Mann-Whitney U two-sided, alpha {res.alpha:g}", ""]
-    fmt = lambda cells: "  ".join(str(c).ljust(w) if i in (0, 5) else str(c).rjust(w)  # noqa: E731
-                                  for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    lines.append(fmt(header))
-    lines.append("  ".join("-" * w for w in widths))
-    lines += [fmt(c) for c in body]
+    lines = [f"baseline: {res.baseline} [{res.baseline_key}]", f"new: {res.new} [{res.new_key}]",
+             f"verdict: new value (median of invocation medians) beyond the baseline's band of invocation "
+             f"medians by more than {res.threshold_pct:g}%", ""]
+    lines += format_table(HEADER, table_rows(rows))
     lines.append("")
-    counts = res.counts()
-    lines.append(f"{len(res.rows)} compared: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
-                                                          (SLOWER, FASTER, SAME, NOT_SIGNIFICANT, NO_DATA)))
-    if res.only_old or res.only_new:
-        lines.append(f"only in old: {len(res.only_old)}, only in new: {len(res.only_new)} (not compared)")
-    g = res.geomean_ratio
-    if g is not None:
-        lines.append(f"geometric mean of new/old medians: {g:.4f} ({(g - 1) * 100:+.2f}%)")
-    if res.regressions:
-        lines.append(f"REGRESSION: {len(res.regressions)} benchmark(s) significantly slower by more than "
-                     f"{res.threshold_pct:g}%")
+    lines += summary_lines(res)
     return "\n".join(lines)

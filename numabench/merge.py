@@ -3,9 +3,13 @@
 pytest-benchmark's ``--benchmark-compare`` (no argument) compares against the
 newest run in the storage folder only. A GPU machine lent for minutes at a time
 measures one family per call, so each hardware key's baseline is put together
-from several runs: ``merge_runs`` joins their benchmarks by ``fullname`` (a
-later run's entry replaces an earlier one's) into one run that compares like a
-single saved session, and records where every entry came from.
+from several runs: ``merge_runs`` joins their benchmarks by ``fullname`` into
+one run that compares like a single saved session, and records where every
+entry came from. An entry that several runs measured is *pooled*: its
+invocations from every run (and so from every machine of the hardware key)
+widen the band that the gate judges by (numabench.invocations.pool). With
+``replace`` a later run's entry replaces an earlier one's instead (a baseline
+re-measured after an accepted change).
 
 Runs from different hardware are refused (a baseline mixes one machine's
 numbers only), as are runs without per-round data when ``require_data`` is set
@@ -20,6 +24,7 @@ from typing import Sequence
 
 from .errors import UsageError
 from .hwkey import run_hardware_key
+from .invocations import pool
 from .seedcsv import load_run
 from .storage import publish
 
@@ -28,12 +33,13 @@ from .storage import publish
 @dataclass
 class MergeResult:
     run: dict
-    replaced: list[str] = field(default_factory=list)  # fullnames a later run measured again
+    again: list[str] = field(default_factory=list)  # fullnames that several runs measured (pooled or replaced)
 
 
-def merge_runs(paths: Sequence[str | Path], *, allow_foreign: bool = False,
-               require_data: bool = True) -> MergeResult:
-    """One run holding every benchmark of ``paths`` (in order; later entries win)."""
+def merge_runs(paths: Sequence[str | Path], *, allow_foreign: bool = False, require_data: bool = True,
+               replace: bool = False) -> MergeResult:
+    """One run holding every benchmark of ``paths`` (in order): an entry in several runs pooled,
+    or with ``replace`` the last run's kept."""
     if not paths:
         raise UsageError("merge needs at least one run file")
     runs = [(Path(p), load_run(p)) for p in paths]
@@ -42,10 +48,10 @@ def merge_runs(paths: Sequence[str | Path], *, allow_foreign: bool = False,
         listing = ", ".join(f"{name}: {key}" for name, key in keys.items())
         raise UsageError(f"runs from different hardware ({listing}): a baseline holds one machine's numbers "
                          "(pass --allow-foreign to merge anyway)")
-    merged: dict[str, dict] = {}
-    replaced: list[str] = []
+    measured: dict[str, list[tuple[dict, str]]] = {}
     sources = []
     for path, run in runs:
+        label = f"{path.name} ({(run.get('machine_info') or {}).get('node', '?')}, {run.get('datetime', '?')})"
         for b in run["benchmarks"]:
             name = b.get("fullname") or b.get("name")
             if not name:
@@ -53,16 +59,16 @@ def merge_runs(paths: Sequence[str | Path], *, allow_foreign: bool = False,
             if require_data and not (b.get("stats") or {}).get("data"):
                 raise UsageError(f"run file {path}: {name} has no per-round data (save runs with "
                                  "--benchmark-save-data; compare tests on it)")
-            if name in merged:
-                replaced.append(name)
-            merged[name] = b
+            measured.setdefault(name, []).append((b, label))
         sources.append({"file": path.name, "datetime": run.get("datetime"),
                         "commit": (run.get("commit_info") or {}).get("id"), "benchmarks": len(run["benchmarks"])})
     newest = runs[-1][1]
     out = {k: v for k, v in newest.items() if k != "benchmarks"}
-    out["benchmarks"] = sorted(merged.values(), key=lambda b: b.get("fullname") or b.get("name"))
+    merged = [entries[-1][0] if replace or len(entries) == 1 else pool([b for b, _ in entries], [s for _, s in entries])
+              for entries in measured.values()]
+    out["benchmarks"] = sorted(merged, key=lambda b: b.get("fullname") or b.get("name"))
     out["numabench_merged_from"] = sources
-    return MergeResult(out, sorted(set(replaced)))
+    return MergeResult(out, sorted(n for n, entries in measured.items() if len(entries) > 1))
 
 
 def write_run(run: dict, path: str | Path) -> Path:

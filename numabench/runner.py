@@ -7,9 +7,9 @@ a data-parallel step), as the seed benchmark does.
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import sys
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,23 +21,7 @@ from .launch import build_command, worker_env
 from .placement import Expectation, PlacementReport, Verdict, compare
 from .topology import Topology
 from .weights import WeightSetting
-
-SLOWDOWN_ENV = "NUMABENCH_INJECT_SLOWDOWN"
-
-
-def injected_slowdown() -> float:
-    """Fault injection for testing the regression gate: multiply every measured
-    duration by this factor (env NUMABENCH_INJECT_SLOWDOWN, default 1)."""
-    text = os.environ.get(SLOWDOWN_ENV, "")
-    if not text:
-        return 1.0
-    try:
-        factor = float(text)
-    except ValueError:
-        factor = 0.0
-    if factor <= 0:
-        raise ValueError(f"{SLOWDOWN_ENV}={text!r}: allowed a positive number such as 1.5")
-    return factor
+from .workers.inject import slowdown_factor
 
 
 @dataclass
@@ -66,9 +50,29 @@ class CaseResult:
     commands: list[list[str]]
     slowdown: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # Each invocation's rounds per phase (fresh workers, fresh buffers); empty: one, ``phases``
+    invocations: list[dict[str, list[float]]] = field(default_factory=list)
 
     def median(self, phase: str) -> float:
         return statistics.median(self.phases[phase])
+
+    def invocation_medians(self, phase: str) -> list[float]:
+        return [statistics.median(inv[phase]) for inv in (self.invocations or [self.phases])]
+
+
+def pool_invocations(runs: list[CaseResult]) -> CaseResult:
+    """One result from several invocations of the same case and variant: rounds pooled
+    (invocation by invocation), placement and set-up of the first, every invocation kept."""
+    if not runs:
+        raise ValueError("no invocations to pool")
+    first = runs[0]
+    if any(r.case != first.case for r in runs):
+        raise ValueError(f"invocations of different cases: {sorted({r.case.id for r in runs})}")
+    invocations = [inv for r in runs for inv in (r.invocations or [r.phases])]
+    phases = {ph: [v for inv in invocations for v in inv[ph]] for ph in first.phases}
+    per_rank = [{ph: [v for r in runs for v in r.per_rank[i][ph]] for ph in first.per_rank[i]}
+                for i in range(len(first.per_rank))]
+    return dataclasses.replace(first, phases=phases, per_rank=per_rank, invocations=invocations)
 
 
 def run_case(case: Case, family: Family, topology: Topology, caps: Capabilities, *, rounds: int,
@@ -91,7 +95,7 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     ranks: list[Rank] = family.ranks(case, topology)
     if rank_nodes is not None:
         ranks = [Rank(r.index, r.gpu, n, n) for r, n in zip(ranks, rank_nodes)]
-    slowdown = injected_slowdown()
+    slowdown = slowdown_factor()  # the workers pad their phases; checked here before any starts
     misplace = faultlib.parent_fault("misplace")  # also checks NUMABENCH_FAULT before any worker starts
     commands, specs, resolved = [], [], []
     how = "none"
@@ -142,9 +146,9 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
                 times = group.step(payload)
                 for i, t in enumerate(times):
                     for ph, v in t.items():
-                        per_rank[k][i].setdefault(ph, []).append(v * slowdown)
+                        per_rank[k][i].setdefault(ph, []).append(v)
                 for ph in times[0]:
-                    phases[k].setdefault(ph, []).append(max(t[ph] for t in times) * slowdown)
+                    phases[k].setdefault(ph, []).append(max(t[ph] for t in times))
         for k, variant in enumerate(variants):
             results.append(CaseResult(case=Case(case.family, case.nprocess, case.numel, case.policy, case.dtype,
                                                 variant),

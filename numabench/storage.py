@@ -10,9 +10,13 @@ rather than replaces when the name exists (then the next number is tried). A
 reader never sees a half-written run, and no run overwrites another, even on
 file systems where flock is a no-op.
 
-``check_baselines`` reads the runs a ``--benchmark-compare`` would load and
-turns a corrupt or truncated one into a one-line usage error; pytest-benchmark
-itself would only warn and compare against nothing.
+Baselines are found by hardware key whatever the Python version: the storage
+is ``baselines/<hardware key>/`` and a run saved under any platform folder in
+it (``Linux-CPython-3.12-64bit/``, kept for upstream compatibility) is found
+from any interpreter. ``check_baselines`` reads the runs a
+``--benchmark-compare`` would load and turns none at all, or a corrupt or
+truncated one, into a one-line usage error; pytest-benchmark itself would only
+warn and compare against nothing.
 """
 from __future__ import annotations
 
@@ -68,6 +72,12 @@ class LockedFileStorage(FileStorage):
         new._cache = storage._cache
         return new
 
+    def query(self, *globs_or_files: str) -> list[Path]:
+        """As upstream, but a bare file glob matches in every platform folder, not only this
+        interpreter's: a baseline saved from Python 3.12 is found from 3.11."""
+        globs = [g if Path(g).is_file() or len(Path(g).parts) != 1 else f"*/{g}" for g in globs_or_files or ("*",)]
+        return super().query(*globs)
+
     def save(self, output_json: dict[str, Any], save: str) -> Path:
         data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
         folder = self.get("x").parent  # creates <storage>/<machine id>/
@@ -98,12 +108,34 @@ def check_run_file(path: Path, what: str) -> None:
                          "'fullname' and 'stats' in each entry)")
 
 
-def check_baselines(storage: FileStorage, compare: Any) -> list[Path]:
-    """The files ``--benchmark-compare=compare`` would load, each checked; raises UsageError."""
-    if compare is True:
-        files = storage.query("[0-9][0-9][0-9][0-9]_")[-1:]
-    else:
-        files = storage.query(*(compare if isinstance(compare, (list, tuple)) else [compare]))
+def keys_with_baselines(root: Path) -> list[str]:
+    """Hardware keys under ``root`` (baselines/) that hold at least one saved run."""
+    if not root.is_dir():
+        return []
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and any(d.glob("*/[0-9][0-9][0-9][0-9]_*.json")))
+
+
+def check_baselines(storage_path: str | Path, compare: Any, hardware_key: str | None = None) -> list[Path]:
+    """The files ``--benchmark-compare=compare`` would load from the file storage at
+    ``storage_path``, each checked; raises UsageError when there is none (naming this hardware
+    key and the keys that have baselines) or one is broken. Creates no folder."""
+    path = Path(storage_path).resolve()
+    files: list[Path] = []
+    if path.is_dir():
+        storage = LockedFileStorage(path, None, default_machine_id=None)
+        if compare is True:
+            files = storage.query("[0-9][0-9][0-9][0-9]_")[-1:]
+        else:
+            files = storage.query(*(compare if isinstance(compare, (list, tuple)) else [compare]))
+    if not files:
+        what = "" if compare is True else f" matching {compare!r}"
+        if hardware_key and path.name == hardware_key:
+            keys = keys_with_baselines(path.parent)
+            raise UsageError(f"--benchmark-compare: no baseline{what} for this machine's hardware key "
+                             f"{hardware_key!r} in {path.parent}; keys with baselines: "
+                             f"{', '.join(keys) or 'none'} (save one here with --benchmark-save=NAME "
+                             "--benchmark-save-data --numa-repeats=3)")
+        raise UsageError(f"--benchmark-compare: no baseline run{what} in {path}")
     for f in files:
         check_run_file(f, "--benchmark-compare")
     return files

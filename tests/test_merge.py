@@ -7,6 +7,7 @@ import pytest
 
 from numabench.cli import main
 from numabench.errors import UsageError
+from numabench.invocations import INVOCATION_SOURCES, invocation_medians
 from numabench.merge import merge_runs, write_run
 
 
@@ -27,15 +28,33 @@ def _write(tmp_path, name: str, run: dict):
     return p
 
 
-def test_merge_joins_and_later_entries_win(tmp_path):
+def test_merge_joins_and_pools_invocations(tmp_path):
     a = _write(tmp_path, "0001_a.json", _run("K", ["t[a]", "t[b]"], 1.0))
     b = _write(tmp_path, "0002_b.json", _run("K", ["t[b]", "t[c]"], 2.0))
     res = merge_runs([a, b])
-    by_name = {x["name"]: x["stats"]["median"] for x in res.run["benchmarks"]}
-    assert by_name == {"t[a]": 1.0, "t[b]": 2.0, "t[c]": 2.0}
-    assert res.replaced == ["benchmarks/test_x.py::t[b]"]
+    by_name = {x["name"]: x for x in res.run["benchmarks"]}
+    assert {n: x["stats"]["median"] for n, x in by_name.items()} == {"t[a]": 1.0, "t[b]": 1.5, "t[c]": 2.0}
+    pooled = by_name["t[b]"]
+    assert invocation_medians(pooled) == [1.0, 2.0]  # one invocation from each run
+    assert pooled["stats"]["data"] == [1.0] * 3 + [2.0] * 3 and pooled["stats"]["rounds"] == 6
+    assert [s.split(" ")[0] for s in pooled["extra_info"][INVOCATION_SOURCES]] == ["0001_a.json", "0002_b.json"]
+    assert res.again == ["benchmarks/test_x.py::t[b]"]
     assert [s["file"] for s in res.run["numabench_merged_from"]] == ["0001_a.json", "0002_b.json"]
     assert res.run["machine_info"]["numabench"]["hardware_key"] == "K"
+    # a merged baseline merged again keeps every invocation and its source
+    c = _write(tmp_path, "0003_m.json", res.run)
+    d = _write(tmp_path, "0004_d.json", _run("K", ["t[b]"], 4.0))
+    again = {x["name"]: x for x in merge_runs([c, d]).run["benchmarks"]}["t[b]"]
+    assert invocation_medians(again) == [1.0, 2.0, 4.0]
+    assert [s.split(" ")[0] for s in again["extra_info"][INVOCATION_SOURCES]] == ["0001_a.json", "0002_b.json",
+                                                                                   "0004_d.json"]
+
+
+def test_merge_replace_keeps_the_later_entry(tmp_path):
+    a = _write(tmp_path, "0001_a.json", _run("K", ["t[a]", "t[b]"], 1.0))
+    b = _write(tmp_path, "0002_b.json", _run("K", ["t[b]"], 2.0))
+    res = merge_runs([a, b], replace=True)
+    assert {x["name"]: x["stats"]["median"] for x in res.run["benchmarks"]} == {"t[a]": 1.0, "t[b]": 2.0}
 
 
 def test_merge_refuses_other_hardware_and_missing_data(tmp_path):
@@ -63,6 +82,8 @@ def test_cli_merge_exit_codes(tmp_path, capsys):
     b = _write(tmp_path, "b.json", _run("K", ["t[b]"], 1.0))
     assert main(["merge", str(tmp_path / "m.json"), str(a), str(b)]) == 0
     assert "2 benchmarks from 2 runs" in capsys.readouterr().out
+    assert main(["merge", str(tmp_path / "m3.json"), str(a), str(a), "--replace"]) == 0
+    assert "1 measured by several runs, the later run's entry kept" in capsys.readouterr().out
     (tmp_path / "bad.json").write_text('{"benchmarks": [')
     assert main(["merge", str(tmp_path / "m2.json"), str(a), str(tmp_path / "bad.json")]) == 2
     assert "corrupt or truncated" in capsys.readouterr().err

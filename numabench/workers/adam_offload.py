@@ -16,6 +16,7 @@ import os
 
 from ..placement import numa_maps_report, pages_report
 from .hostmem import allocate, torch_dtype
+from .inject import SlowdownPad
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 LIMIT_HOST_BYTES = 256 * 2**20
@@ -81,9 +82,12 @@ def bidir_copy_seconds(dev_in, host_in, host_out, dev_out, streams, repeats: int
 
 
 class Worker:
+    INJECTS_SLOWDOWN = True
+
     def __init__(self, spec: dict) -> None:
         import torch
 
+        self.pad = SlowdownPad()
         self.spec = spec
         self.numel = int(spec["numel"])
         self.dtype = torch_dtype(spec["dtype"])
@@ -185,16 +189,19 @@ class Worker:
     # -- one timed step ------------------------------------------------------------
     def step(self, variant: dict | None = None) -> dict[str, float]:
         variant = variant or {}
-        fn = self.impls[variant.get("impl", "ours")]
+        impl, schedule = variant.get("impl", "ours"), variant.get("schedule", "serial")
+        fn = self.impls[impl]
         self.step_no += 1
-        if variant.get("schedule", "serial") == "overlap":
-            return self._step_overlap(fn)
-        return self._step_serial(fn)
+        pad_key = (impl, schedule)
+        times = self._step_overlap(fn, pad_key) if schedule == "overlap" else self._step_serial(fn, pad_key)
+        for phase in ("h2d", "compute", "d2h"):
+            self.pad.observe((pad_key, phase), times[phase])
+        return times
 
     def _hyper(self) -> dict:
         return dict(lr=LR, beta1=BETA1, beta2=BETA2, eps=EPS, weight_decay=WEIGHT_DECAY, step=self.step_no)
 
-    def _step_serial(self, fn) -> dict[str, float]:
+    def _step_serial(self, fn, pad_key: tuple = ()) -> dict[str, float]:
         import torch
 
         s = self.streams[0]
@@ -204,17 +211,20 @@ class Worker:
             e[0].record(s)
             for n in ("param", "grad", "exp_avg", "exp_avg_sq"):
                 d[n].copy_(h[n].tensor, non_blocking=True)
+            self.pad.gpu((pad_key, "h2d"), s)
             e[1].record(s)
             fn(d["param"], d["grad"], d["exp_avg"], d["exp_avg_sq"], **self._hyper())
+            self.pad.gpu((pad_key, "compute"), s)
             e[2].record(s)
             for n in ("param", "exp_avg", "exp_avg_sq"):
                 h[n].tensor.copy_(d[n], non_blocking=True)
+            self.pad.gpu((pad_key, "d2h"), s)
             e[3].record(s)
         s.synchronize()
         return {"h2d": e[0].elapsed_time(e[1]) / 1e3, "compute": e[1].elapsed_time(e[2]) / 1e3,
                 "d2h": e[2].elapsed_time(e[3]) / 1e3, "step": e[0].elapsed_time(e[3]) / 1e3}
 
-    def _step_overlap(self, fn) -> dict[str, float]:
+    def _step_overlap(self, fn, pad_key: tuple = ()) -> dict[str, float]:
         """Chunked three-stream pipeline; per-phase times are the summed chunk times on
         each stream (busy time), ``step`` the wall time from first copy to last."""
         import torch
@@ -236,18 +246,21 @@ class Worker:
                 e[0].record(h2d_s)
                 for name in ("param", "grad", "exp_avg", "exp_avg_sq"):
                     d[name][off:off + cnt].copy_(h[name].tensor[off:off + cnt], non_blocking=True)
+                self.pad.gpu((pad_key, "h2d"), h2d_s, share=cnt / n)
                 e[1].record(h2d_s)
             with torch.cuda.stream(comp_s):
                 comp_s.wait_event(e[1])
                 e[2].record(comp_s)
                 fn(d["param"][off:off + cnt], d["grad"][off:off + cnt], d["exp_avg"][off:off + cnt],
                    d["exp_avg_sq"][off:off + cnt], **hyper)
+                self.pad.gpu((pad_key, "compute"), comp_s, share=cnt / n)
                 e[3].record(comp_s)
             with torch.cuda.stream(d2h_s):
                 d2h_s.wait_event(e[3])
                 e[4].record(d2h_s)
                 for name in ("param", "exp_avg", "exp_avg_sq"):
                     h[name].tensor[off:off + cnt].copy_(d[name][off:off + cnt], non_blocking=True)
+                self.pad.gpu((pad_key, "d2h"), d2h_s, share=cnt / n)
                 e[5].record(d2h_s)
         cur.wait_stream(d2h_s)
         end.record(cur)

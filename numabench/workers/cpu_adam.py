@@ -15,6 +15,7 @@ import time
 
 from ..placement import numa_maps_report, pages_report
 from .hostmem import allocate, torch_dtype
+from .inject import SlowdownPad
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 IMPLS = ("ours", "ours+copy", "torch-fused", "torch-fused+copy", "torch-foreach", "deepspeed")
@@ -27,7 +28,10 @@ def deepspeed_available() -> bool:
 
 
 class Worker:
+    INJECTS_SLOWDOWN = True
+
     def __init__(self, spec: dict) -> None:
+        self.pad = SlowdownPad()
         import torch
 
         self.spec = spec
@@ -105,4 +109,5 @@ class Worker:
             self.ds.step()
         else:
             raise ValueError(f"unknown impl {impl!r}: allowed {', '.join(IMPLS)}")
+        self.pad.cpu(t0)
         return {"step": (time.perf_counter_ns() - t0) * 1e-9}

@@ -12,12 +12,16 @@ import time
 from ..kernels import stream
 from ..placement import numa_maps_report, pages_report
 from .hostmem import allocate
+from .inject import SlowdownPad
 
 BYTES_PER_ELEMENT = stream.BYTES_PER_ELEMENT  # write-allocate reads are NOT counted
 
 
 class Worker:
+    INJECTS_SLOWDOWN = True
+
     def __init__(self, spec: dict) -> None:
+        self.pad = SlowdownPad()
         import torch
 
         self.spec = spec
@@ -47,4 +51,5 @@ class Worker:
         a, b, c, d = (x.tensor for x in self.bufs)
         t0 = time.perf_counter_ns()
         stream.run(kernel, a, b, c, d, threads=self.threads)
+        self.pad.cpu(t0)
         return {"time": (time.perf_counter_ns() - t0) * 1e-9}

@@ -24,6 +24,7 @@ import sys
 import traceback
 
 from .. import faults as faultlib
+from .inject import SLOWDOWN_ENV, slowdown_factor
 from .protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
 FAMILY_MODULES = {
@@ -38,6 +39,12 @@ FAMILY_MODULES = {
     "broadcast": "numabench.workers.broadcast",
 }
 PR_SET_PDEATHSIG = 1
+
+
+def injecting_families() -> list[str]:
+    """Families whose workers pad their timed phases for NUMABENCH_INJECT_SLOWDOWN."""
+    return sorted(f for f, mod in FAMILY_MODULES.items()
+                  if getattr(importlib.import_module(mod).Worker, "INJECTS_SLOWDOWN", False))
 
 
 def die_with_parent() -> None:
@@ -77,6 +84,9 @@ def main() -> int:
                 spec = msg["spec"]
                 rank, gpu = spec.get("rank"), spec.get("gpu")
                 module = importlib.import_module(FAMILY_MODULES[family])
+                if slowdown_factor() != 1.0 and not getattr(module.Worker, "INJECTS_SLOWDOWN", False):
+                    raise ValueError(f"{SLOWDOWN_ENV} is not supported by family {family!r}: allowed for "
+                                     f"{', '.join(injecting_families())}")
                 worker = module.Worker(spec)
                 info = worker.setup()
                 faultlib.fire(faults, "setup", None, rank, gpu)

@@ -11,10 +11,14 @@ import mmap
 import time
 
 from ..placement import numa_maps_report, pages_report
+from .inject import SlowdownPad
 
 
 class Worker:
+    INJECTS_SLOWDOWN = True
+
     def __init__(self, spec: dict) -> None:
+        self.pad = SlowdownPad()
         self.nbytes = int(spec["numel"]) * int(spec["itemsize"])
         self.round = 0
         self.buf: mmap.mmap | None = None
@@ -33,6 +37,7 @@ class Worker:
         value = (self.round % 255) + 1  # never zero
         t0 = time.perf_counter_ns()
         ctypes.memset(self.addr, value, self.nbytes)
+        self.pad.cpu(t0)
         t1 = time.perf_counter_ns()
         return {"write": (t1 - t0) * 1e-9}
 

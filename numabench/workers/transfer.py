@@ -16,12 +16,16 @@ import threading
 
 from ..placement import numa_maps_report, pages_report
 from .hostmem import allocate, torch_dtype
+from .inject import SlowdownPad
 
 ALLOC_OF = {"pinned": "register", "pageable": "pageable"}
 
 
 class Worker:
+    INJECTS_SLOWDOWN = True
+
     def __init__(self, spec: dict) -> None:
+        self.pad = SlowdownPad()
         import torch
 
         self.spec = spec
@@ -74,7 +78,8 @@ class Worker:
     def step(self, variant: dict | None = None) -> dict[str, float]:
         import torch
 
-        bufs = self.host[(variant or {}).get("memory", self.kinds[0])]
+        kind = (variant or {}).get("memory", self.kinds[0])
+        bufs = self.host[kind]
         src, dst = bufs["src"].tensor, bufs["dst"].tensor
         s0, s1 = self.streams
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(8)]
@@ -83,12 +88,14 @@ class Worker:
         with torch.cuda.stream(s0):
             ev[0].record(s0)
             self.dev_dst.copy_(src, non_blocking=True)
+            self.pad.gpu((kind, "h2d"), s0)
             ev[1].record(s0)
         s0.synchronize()
         out["h2d"] = ev[0].elapsed_time(ev[1]) / 1e3
         with torch.cuda.stream(s0):
             ev[2].record(s0)
             dst.copy_(self.dev_src, non_blocking=True)
+            self.pad.gpu((kind, "d2h"), s0)
             ev[3].record(s0)
         s0.synchronize()
         out["d2h"] = ev[2].elapsed_time(ev[3]) / 1e3
@@ -120,10 +127,13 @@ class Worker:
             up()
         with torch.cuda.stream(s0):
             s0.wait_event(ev[5])
+            self.pad.gpu((kind, "bidir"), s0)
             ev[6].record(s0)
         s0.synchronize()
         s1.synchronize()
         out["bidir"] = ev[4].elapsed_time(ev[6]) / 1e3
+        for phase, t in out.items():
+            self.pad.observe((kind, phase), t)
         return out
 
     def close(self) -> None:
