@@ -98,6 +98,18 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     return res.exit_code
 
 
+def cmd_ab(ns: argparse.Namespace) -> int:
+    from .ab import parse_env, render, run_ab
+    from .compare import parse_threshold
+
+    res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
+                 threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence,
+                 base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
+                 progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True))
+    print(render(res))
+    return res.exit_code
+
+
 def cmd_merge(ns: argparse.Namespace) -> int:
     from .merge import merge_runs, write_run
 
@@ -169,7 +181,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--replace", action="store_true",
                    help="an entry several runs measured: keep the last run's instead of pooling")
     p.set_defaults(func=cmd_merge)
+    p = sub.add_parser("ab", help="A/B two git revisions on this machine: alternating fresh invocations, a "
+                                  "bootstrap interval per entry; exit 1 where it lies beyond the threshold",
+                       usage="numabench ab BASE [HEAD] [options] [-- PYTEST_ARGS...]")
+    p.add_argument("base", help="base revision (any git revision)")
+    p.add_argument("head", nargs="?", default=None,
+                   help="head revision (default: the working tree as it is, uncommitted changes included)")
+    p.add_argument("--pairs", type=int, default=5, help="base/head invocation pairs, ABBA order (default 5)")
+    p.add_argument("--threshold", default="1%", help="smallest ratio that counts (default 1%%)")
+    p.add_argument("--confidence", type=float, default=0.95, help="of the bootstrap interval (default 0.95)")
+    p.add_argument("--base-env", action="append", metavar="NAME=VALUE", help="environment for base runs")
+    p.add_argument("--head-env", action="append", metavar="NAME=VALUE", help="environment for head runs")
+    p.set_defaults(func=cmd_ab, pytest_args=None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pytest_args = None
+    if argv and argv[0] == "ab" and "--" in argv:  # what follows -- selects the benchmarks
+        cut = argv.index("--")
+        argv, pytest_args = argv[:cut], argv[cut + 1:]
     ns = parser.parse_args(argv)
+    if pytest_args is not None:
+        ns.pytest_args = pytest_args
     try:
         return ns.func(ns)
     except NumabenchError as e:

@@ -246,10 +246,10 @@ def summary_lines(res: CompareResult) -> list[str]:
     counts = res.counts()
     lines = [f"{len(res.rows)} entries: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
                                                        (SLOWER, FASTER, SAME, NO_BASELINE))]
-    confirmed = [r for r in res.rows if r.confirm_verdict is not None]
-    if confirmed:
-        lines.append(f"confirmation re-ran {len(confirmed)} entries: "
-                     f"{sum(r.confirm_verdict == r.verdict for r in confirmed)} confirmed")
+    flagged = [r for r in res.rows if r.verdict == SLOWER and r.confirm_verdict is not None]
+    if flagged:
+        lines.append(f"confirmation: {sum(r.confirm_verdict == SLOWER for r in flagged)} of the {len(flagged)} "
+                     "entries judged slower were slower again in fresh invocations")
     if res.only_baseline:
         lines.append(f"{len(res.only_baseline)} baseline entries not measured in this run (not compared)")
     if counts.get(NO_BASELINE):

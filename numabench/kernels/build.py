@@ -32,6 +32,22 @@ def _source_digest(paths: Sequence[Path], flags: Sequence[str]) -> str:
     return h.hexdigest()[:12]
 
 
+def _snapshot_sources(paths: Sequence[Path], dest: Path) -> list[Path]:
+    """Copies of the sources (and csrc/ headers) inside the build folder, compiled from there:
+    build.ninja then names the same paths for every checkout with the same sources, so two
+    checkouts (a git worktree, a second clone) share one build instead of rebuilding each other's."""
+    dest.mkdir(parents=True, exist_ok=True)
+    headers = [q for pat in ("*.h", "*.cuh", "*.hpp") for q in CSRC_DIR.glob(pat)]
+    for src in [*paths, *headers]:
+        target = dest / src.name
+        data = src.read_bytes()
+        if not target.is_file() or target.read_bytes() != data:
+            tmp = dest / f".{src.name}.{os.getpid()}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, target)  # atomic: a concurrent builder never reads half a file
+    return [dest / p.name for p in paths]
+
+
 def load_extension(
     name: str,
     sources: Sequence[str],
@@ -54,7 +70,7 @@ def load_extension(
     build_dir.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(
         name=name,
-        sources=[str(p) for p in paths],
+        sources=[str(p) for p in _snapshot_sources(paths, build_dir / "src")],
         extra_cflags=list(extra_cflags),
         extra_cuda_cflags=list(extra_cuda_cflags),
         extra_ldflags=list(extra_ldflags),
