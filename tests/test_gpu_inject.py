@@ -1,0 +1,71 @@
+"""The injected slowdown on the GPU: real spin kernels inside the CUDA-event-timed phases
+make every phase of adam_offload and transfer take the asked-for factor longer (GPU only;
+.ci/gpu runs it). The gate's power figures rest on this."""
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+FACTOR = 1.10
+
+
+def medians(worker, variant: dict, rounds: int = 15) -> dict[str, float]:
+    for _ in range(3):  # warm-up: the pad learns each phase's time
+        worker.step(variant)
+    times = [worker.step(variant) for _ in range(rounds)]
+    return {ph: statistics.median(t[ph] for t in times) for ph in times[0]}
+
+
+def interleaved(make, variant: dict) -> dict[str, float]:
+    """Padded / plain median per phase, measured on one worker with the pad switched on and off."""
+    from numabench.workers.inject import SlowdownPad
+
+    w = make()
+    try:
+        plain_pad, padded = SlowdownPad(1.0), SlowdownPad(FACTOR)
+        ratios: dict[str, list[float]] = {}
+        for _ in range(3):
+            w.pad = plain_pad
+            a = medians(w, variant)
+            w.pad = padded
+            b = medians(w, variant)
+            for ph in a:
+                ratios.setdefault(ph, []).append(b[ph] / a[ph])
+        return {ph: statistics.median(r) for ph, r in ratios.items()}
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("schedule", ["serial", "overlap"])
+def test_adam_offload_phases_take_the_factor_longer(schedule):
+    from numabench.workers.adam_offload import Worker
+
+    def make():
+        w = Worker({"rank": 0, "gpu": 0, "numel": 16 << 20, "dtype": "fp32",
+                    "variants": [{"impl": "ours", "schedule": schedule}]})
+        w.setup()
+        return w
+
+    ratios = interleaved(make, {"impl": "ours", "schedule": schedule})
+    phases = ("h2d", "compute", "d2h", "step")
+    for ph in phases:
+        assert FACTOR - 0.03 < ratios[ph] < FACTOR + 0.03, (schedule, ratios)
+
+
+def test_transfer_phases_take_the_factor_longer():
+    from numabench.workers.transfer import Worker
+
+    def make():
+        w = Worker({"rank": 0, "gpu": 0, "numel": 16 << 20, "dtype": "fp32", "variants": [{"memory": "pinned"}]})
+        w.setup()
+        return w
+
+    ratios = interleaved(make, {"memory": "pinned"})
+    for ph in ("h2d", "d2h", "bidir"):
+        assert FACTOR - 0.03 < ratios[ph] < FACTOR + 0.03, ratios
