@@ -164,7 +164,7 @@ def build(side: Side) -> str:
 def invoke(side: Side, pytest_args: Sequence[str], json_path: Path) -> dict[str, float]:
     """One pytest invocation on ``side``: entry fullname -> median seconds."""
     cmd = [sys.executable, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "-q",
-           f"--benchmark-json={json_path}", "--numa-repeats=1"]
+           f"--benchmark-json={json_path}"]
     proc = subprocess.run(cmd, cwd=side.path, env=_env(side), capture_output=True, text=True,
                           timeout=RUN_TIMEOUT_S)
     if proc.returncode not in (0, 1) or not json_path.is_file():

@@ -8,7 +8,11 @@ buffers; pooled from several runs and machines of one hardware key by
 
 - ``slower`` when it lies above the band's top by more than the threshold,
 - ``faster`` when it lies below the band's bottom by more than the threshold,
-- ``same`` otherwise.
+- ``same`` otherwise,
+
+and never by less than MIN_EXCESS_S in absolute terms: a CUDA event pair
+resolves about half a microsecond, and a 40 us kernel's launch jitter is of
+that order, so a few percent of a few microseconds is no evidence.
 
 The new value is the median of the new run's invocation medians. In a pytest
 session a ``slower`` entry is re-run as fresh invocations (``--numa-confirm``)
@@ -32,8 +36,9 @@ from .hwkey import run_hardware_key
 from .invocations import invocation_medians
 from .seedcsv import load_run
 
-FASTER, SLOWER, SAME, NO_BASELINE = "faster", "slower", "same", "no baseline"
+FASTER, SLOWER, SAME, NO_BASELINE, NO_DATA = "faster", "slower", "same", "no baseline", "no data"
 DEFAULT_THRESHOLD = "3%"
+MIN_EXCESS_S = 2e-6
 MIN_BAND_INVOCATIONS = 3  # fewer: the band says little about the noise between invocations
 
 
@@ -75,9 +80,9 @@ class Band:
 def judge(band: Band, value: float, threshold_pct: float) -> str:
     """slower / faster / same for ``value`` against ``band`` with ``threshold_pct`` beyond its edges."""
     t = threshold_pct / 100
-    if value > band.high * (1 + t):
+    if value > band.high * (1 + t) and value - band.high > MIN_EXCESS_S:
         return SLOWER
-    if value < band.low / (1 + t):
+    if value < band.low / (1 + t) and band.low - value > MIN_EXCESS_S:
         return FASTER
     return SAME
 
@@ -94,16 +99,16 @@ class Row:
 
     @property
     def new_value(self) -> float:
-        return statistics.median(self.new_medians)
+        return statistics.median(self.new_medians) if self.new_medians else math.nan
 
     @property
     def change_pct(self) -> float | None:
-        return None if self.band is None else (self.new_value / self.band.center - 1) * 100
+        return None if self.band is None or not self.new_medians else (self.new_value / self.band.center - 1) * 100
 
     @property
     def beyond_band_pct(self) -> float | None:
         """How far the new value lies outside the band (0 inside it), signed: + above, - below."""
-        if self.band is None:
+        if self.band is None or not self.new_medians:
             return None
         v = self.new_value
         if v > self.band.high:
@@ -126,10 +131,11 @@ class Row:
 
 def judge_entry(name: str, fullname: str, baseline: dict | None, new_medians: Sequence[float],
                 threshold_pct: float) -> Row:
-    """A row for one entry: ``baseline`` is the baseline run's benchmark dict (None if absent)."""
-    if not new_medians:
-        raise ValueError(f"{fullname}: no new invocation medians")
+    """A row for one entry: ``baseline`` is the baseline run's benchmark dict (None if absent).
+    No new medians, or a baseline entry without one (an imported mean): ``no data``."""
     meds = invocation_medians(baseline) if baseline is not None else []
+    if not new_medians or (baseline is not None and not meds):
+        return Row(name, fullname, Band.of(meds) if meds else None, list(new_medians), NO_DATA)
     if not meds:
         return Row(name, fullname, None, list(new_medians), NO_BASELINE)
     band = Band.of(meds)
@@ -161,7 +167,7 @@ class CompareResult:
 
     @property
     def compared(self) -> list[Row]:
-        return [r for r in self.rows if r.band is not None]
+        return [r for r in self.rows if r.band is not None and r.new_medians]
 
     @property
     def geomean_ratio(self) -> float | None:
@@ -202,8 +208,6 @@ def compare_runs(baseline: str | Path | dict, new: str | Path | dict, *, thresho
     olds = {x["fullname"]: x for x in a["benchmarks"]}
     for nb in b["benchmarks"]:
         meds = invocation_medians(nb)
-        if not meds:
-            continue
         res.rows.append(judge_entry(nb.get("name", nb["fullname"]), nb["fullname"], olds.get(nb["fullname"]),
                                     meds, threshold_pct))
     news = {x["fullname"] for x in b["benchmarks"]}
@@ -227,7 +231,8 @@ def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
     out = []
     for r in rows:
         band = "-" if r.band is None else f"{_ms(r.band.low)}-{_ms(r.band.high)} ({r.band.invocations})"
-        new = _ms(r.new_value) + ("" if not r.confirm_medians else f" / {_ms(statistics.median(r.confirm_medians))}")
+        new = "-" if not r.new_medians else _ms(r.new_value) + (
+            "" if not r.confirm_medians else f" / {_ms(statistics.median(r.confirm_medians))}")
         out.append((r.name, "-" if r.band is None else _ms(r.band.center), band, new, _pct(r.change_pct),
                     _pct(r.beyond_band_pct), r.verdict, r.confirmed_text))
     return out
@@ -245,7 +250,7 @@ def format_table(header: Sequence[str], body: Sequence[Sequence[str]], left: Seq
 def summary_lines(res: CompareResult) -> list[str]:
     counts = res.counts()
     lines = [f"{len(res.rows)} entries: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in
-                                                       (SLOWER, FASTER, SAME, NO_BASELINE))]
+                                                       (SLOWER, FASTER, SAME, NO_BASELINE, NO_DATA))]
     flagged = [r for r in res.rows if r.verdict == SLOWER and r.confirm_verdict is not None]
     if flagged:
         lines.append(f"confirmation: {sum(r.confirm_verdict == SLOWER for r in flagged)} of the {len(flagged)} "
@@ -255,6 +260,8 @@ def summary_lines(res: CompareResult) -> list[str]:
     if counts.get(NO_BASELINE):
         lines.append(f"{counts[NO_BASELINE]} entries have no baseline entry: NOT GATED (save a baseline that "
                      "holds them)")
+    if counts.get(NO_DATA):
+        lines.append(f"{counts[NO_DATA]} entries hold a mean only (imported): NOT GATED")
     if res.thin_bands:
         lines.append(f"{res.thin_bands} compared entries have a band of fewer than {MIN_BAND_INVOCATIONS} "
                      "invocations: re-save the baseline with --numa-repeats=3 (or merge more runs)")

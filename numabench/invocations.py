@@ -8,7 +8,9 @@ buffers. A benchmark entry keeps its invocations' medians in
 tools still read the file) beside the pooled rounds in ``stats.data``.
 
 Entries saved before invocations were recorded count as one invocation whose
-median is ``stats.median``.
+median is ``stats.median``. Entries imported from the seed benchmark's CSV
+hold a mean only (``extra_info["stats_from"] == "mean only"``): no median, no
+invocation, nothing to judge.
 """
 from __future__ import annotations
 
@@ -21,7 +23,10 @@ INVOCATION_SOURCES = "invocation_sources"  # one label per invocation: which run
 
 def invocation_medians(bench: dict[str, Any]) -> list[float]:
     """The entry's per-invocation medians (seconds); one value for entries saved without them."""
-    meds = (bench.get("extra_info") or {}).get(INVOCATION_MEDIANS)
+    extra = bench.get("extra_info") or {}
+    if extra.get("stats_from") == "mean only":
+        return []
+    meds = extra.get(INVOCATION_MEDIANS)
     if isinstance(meds, list) and meds and all(isinstance(v, (int, float)) and v > 0 for v in meds):
         return [float(v) for v in meds]
     median = (bench.get("stats") or {}).get("median")

