@@ -19,7 +19,7 @@ import socket
 import statistics
 
 from ..runner import CaseResult
-from ..models import model_config
+from ..model_configs import model_config
 from ..workers.train_step import MODES, POOL
 from .gpu_or_cpu import GpuOrCpuFamily
 

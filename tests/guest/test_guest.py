@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -60,8 +61,10 @@ def _guest_ready(request: pytest.FixtureRequest) -> None:
 
 def run_in_guest(*command: str, kernel: str = "6.12") -> subprocess.CompletedProcess:
     t0 = time.monotonic()
+    # The guest's python3 is this interpreter (the venv's, with torch), not whatever is on PATH.
+    env = {**os.environ, "NUMABENCH_PYTHON": sys.executable}
     out = subprocess.run([str(RUN_IN_GUEST), "--kernel", kernel, "--", *command], capture_output=True, text=True,
-                         timeout=BOOT_TIMEOUT_S + 60, cwd=REPO)
+                         timeout=BOOT_TIMEOUT_S + 60, cwd=REPO, env=env)
     out.seconds = time.monotonic() - t0  # type: ignore[attr-defined]
     return out
 
