@@ -133,6 +133,9 @@ class Family:
     rank_kind: str = "gpu"
     # family-specific reasons (an optional package, an axis combination that means nothing)
     case_skip_reason: Callable[["Case"], str | None] | None = None
+    # compiled kernels its workers load (numabench.kernels.prebuild names): built by the
+    # parent before any worker starts, so workers only load them
+    kernels: tuple[str, ...] = ()
 
     def axis_values(self, overrides: dict[str, list[str]] | None = None) -> dict[str, tuple[str, ...]]:
         """The extra axes' values for a run: defaults, or what --numa-axis names (validated)."""

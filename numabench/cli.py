@@ -46,7 +46,7 @@ def cmd_build(ns: argparse.Namespace) -> int:
     from .kernels import prebuild
 
     failed = 0
-    for name, status in prebuild.build_all():
+    for name, status in prebuild.build_all(ns.kernels or None):
         print(f"{name}: {status}", flush=True)
         failed += status.startswith("FAILED")
     return 1 if failed else 0
@@ -131,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--root", default="/", help=argparse.SUPPRESS)  # recorded trees in tests
     p.set_defaults(func=cmd_topo)
     p = sub.add_parser("build", help="compile the C++/CUDA kernels into the cache")
+    p.add_argument("kernels", nargs="*", metavar="KERNEL", help="only these (stream, cpu_adam, cuda_adam)")
     p.set_defaults(func=cmd_build)
     p = sub.add_parser("csv", help="write a pytest-benchmark run as the seed benchmark's CSV")
     p.add_argument("run_json", help="a saved run (baselines/.../NNNN_name.json) or --benchmark-json file")

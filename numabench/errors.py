@@ -28,3 +28,7 @@ class WorkerError(NumabenchError):
         if stderr_tail:
             text += "\n--- worker stderr (last lines) ---\n" + stderr_tail
         super().__init__(text)
+
+
+class BuildError(NumabenchError):
+    """A kernel the case needs did not compile."""

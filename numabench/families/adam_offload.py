@@ -11,6 +11,7 @@ DEFAULT_ROUNDS = 20
 DEFAULT_WARMUP = 3
 
 FAMILY = Family(
+    kernels=("cuda_adam",),
     key="adam_offload",
     description="Offloaded Adam step: H2D of param/grad/moments, fused Adam on the GPU, D2H of param/moments.",
     phases=("h2d", "compute", "d2h", "step"),

@@ -20,6 +20,7 @@ def skip_reason(case) -> str | None:
 
 
 FAMILY = Family(
+    kernels=("cpu_adam",),
     key="cpu_adam",
     description="Adam step on the CPU over host-resident state placed by the policy; one rank per CPU node.",
     phases=("step",),

@@ -13,6 +13,7 @@ DEFAULT_ROUNDS = 15
 DEFAULT_WARMUP = 2
 
 FAMILY = Family(
+    kernels=("stream",),
     key="host_membw",
     description="STREAM copy, triad and Adam's 4-read/3-write pattern over policy-placed fp32 arrays.",
     phases=("time",),

@@ -3,14 +3,24 @@
 Builds are cached per (name, torch version, source hash) under
 ``$NUMABENCH_BUILD_DIR`` (default ``~/.cache/numabench/build``) so a second
 process or a second pytest session loads the shared object in milliseconds.
+
+One process builds at a time, under an flock on ``<build folder>.flock``: the
+kernel releases it when its holder dies, whatever the death. torch's own
+marker file (``<build folder>/lock``, which a killed builder leaves behind and
+every later builder then waits on forever) is therefore stale whenever we hold
+the flock: it is removed, and the removal named on stderr. A process that has
+to wait says so on stderr first, so a time-out names what it waited on.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Sequence
+from typing import Iterator, Sequence
 
 CSRC_DIR = Path(__file__).resolve().parents[2] / "csrc"
 
@@ -68,12 +78,38 @@ def load_extension(
     tag = f"{name}-torch{torch.__version__.replace('+', '_')}-{_source_digest(paths, flags)}"
     build_dir = build_root() / tag
     build_dir.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(
-        name=name,
-        sources=[str(p) for p in _snapshot_sources(paths, build_dir / "src")],
-        extra_cflags=list(extra_cflags),
-        extra_cuda_cflags=list(extra_cuda_cflags),
-        extra_ldflags=list(extra_ldflags),
-        build_directory=str(build_dir),
-        verbose=bool(os.environ.get("NUMABENCH_BUILD_VERBOSE")),
-    )
+    with build_lock(build_dir, name):
+        return cpp_extension.load(
+            name=name,
+            sources=[str(p) for p in _snapshot_sources(paths, build_dir / "src")],
+            extra_cflags=list(extra_cflags),
+            extra_cuda_cflags=list(extra_cuda_cflags),
+            extra_ldflags=list(extra_ldflags),
+            build_directory=str(build_dir),
+            verbose=bool(os.environ.get("NUMABENCH_BUILD_VERBOSE")),
+        )
+
+
+TORCH_BATON = "lock"  # torch.utils.file_baton's marker file in the build folder
+
+
+@contextlib.contextmanager
+def build_lock(build_dir: Path, name: str) -> Iterator[None]:
+    """Hold the build folder's flock; clear a stale torch baton found under it."""
+    lock_path = build_dir.with_name(build_dir.name + ".flock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"numabench: waiting for the build lock {lock_path} (another process is building or loading "
+                  f"kernel {name!r})", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        baton = build_dir / TORCH_BATON
+        if baton.exists():
+            baton.unlink(missing_ok=True)
+            print(f"numabench: removed the stale build lock {baton}: a process died while building kernel "
+                  f"{name!r} (nobody holds {lock_path.name})", file=sys.stderr, flush=True)
+        yield
+    finally:
+        os.close(fd)  # releases the flock

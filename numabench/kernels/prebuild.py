@@ -10,7 +10,9 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Iterator
+from typing import Iterator, Sequence
+
+from ..errors import UsageError
 
 BUILD_TIMEOUT_S = 900
 
@@ -30,10 +32,21 @@ def cuda_buildable() -> bool:
     return torch.cuda.is_available() and bool(shutil.which("nvcc") or cpp_extension.CUDA_HOME)
 
 
-def build_all() -> Iterator[tuple[str, str]]:
+KERNELS = tuple(_BUILDERS)
+
+
+def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
     """Yield (kernel, status) as each build finishes; a failed build's status holds
-    the tail of its output and raises nothing (the CLI decides the exit code)."""
-    names = ["stream", "cpu_adam"] + (["cuda_adam"] if cuda_buildable() else [])
+    the tail of its output and raises nothing (the CLI decides the exit code).
+    ``only``: these kernels (torch is not imported here then), else every one this
+    machine can build."""
+    if only is not None:
+        unknown = [n for n in only if n not in _BUILDERS]
+        if unknown:
+            raise UsageError(f"unknown kernel(s) {', '.join(unknown)}: allowed {', '.join(KERNELS)}")
+        names = list(only)
+    else:
+        names = ["stream", "cpu_adam"] + (["cuda_adam"] if cuda_buildable() else [])
     started = {}
     for name in names:
         started[name] = (time.perf_counter(), subprocess.Popen(
@@ -54,5 +67,22 @@ def build_all() -> Iterator[tuple[str, str]]:
             yield name, f"ready ({seconds}{detail})"
         else:
             yield name, f"FAILED (exit {proc.returncode}): " + " | ".join(lines[-6:])
-    if "cuda_adam" not in names:
+    if only is None and "cuda_adam" not in names:
         yield "cuda_adam", "skipped: no CUDA GPU or no CUDA toolkit here"
+
+
+_ready: set[str] = set()
+
+
+def ensure_built(kernels: Sequence[str]) -> None:
+    """Build ``kernels`` once per process, in children (the caller stays torch-free); raises
+    BuildError naming the kernel and the tail of its build output."""
+    from ..errors import BuildError
+
+    need = [k for k in kernels if k not in _ready]
+    if not need:
+        return
+    for name, status in build_all(need):
+        if status.startswith("FAILED"):
+            raise BuildError(f"kernel {name} did not build: {status}")
+        _ready.add(name)

@@ -99,7 +99,9 @@ class WorkerGroup:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     rank = replies.index(None)
-                    self._fail(rank, f"gave no answer within {timeout_s:g} s")
+                    waiting = [ln for ln in self.stderr_tail(rank).splitlines() if "waiting for" in ln]
+                    self._fail(rank, f"gave no answer within {timeout_s:g} s"
+                               + (f" (it said: {waiting[-1].strip()})" if waiting else ""))
                 for key, _ in sel.select(timeout=min(left, 1.0)):
                     rank = key.data
                     chunk = os.read(key.fd, 1 << 16)
