@@ -85,9 +85,13 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
     """Read a seed CSV; return the run as a dict (json.dump it to save)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"CSV file {path} does not exist") from None
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[:e.start].count(b"\n") + 1
+        raise UsageError(f"CSV file {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at line {line}): "
+                         "allowed the seed benchmark's CSV as it writes it") from None
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}: allowed {', '.join(DTYPES)}")
     reader = csv.reader(io.StringIO(text))

@@ -4,7 +4,7 @@ pytest-benchmark's FileStorage picks the next run number by listing the
 directory and then writes the file in place: two sessions saving at once can
 both pick 0007, and one truncated file can be read by a third. ``LockedFileStorage``
 (installed by fixtures/plugin.py for ``file://`` storages) numbers and saves
-under an exclusive flock on ``<dir>/.numabench-save.lock``, writes the JSON to
+under an exclusive flock on the run folder itself (no lock file), writes the JSON to
 a temporary file first (fsynced) and publishes it with ``os.link``, which fails
 rather than replaces when the name exists (then the next number is tried). A
 reader never sees a half-written run, and no run overwrites another, even on
@@ -32,13 +32,13 @@ from pytest_benchmark.utils import safe_dumps
 
 from .errors import UsageError
 
-LOCK_NAME = ".numabench-save.lock"
 MAX_TRIES = 1000
 
 
 @contextlib.contextmanager
 def exclusive_lock(path: Path) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """flock on ``path`` (a folder is fine: nothing is created)."""
+    fd = os.open(path, os.O_RDONLY) if Path(path).is_dir() else os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -81,7 +81,7 @@ class LockedFileStorage(FileStorage):
     def save(self, output_json: dict[str, Any], save: str) -> Path:
         data = safe_dumps(output_json, ensure_ascii=True, indent=4).encode()
         folder = self.get("x").parent  # creates <storage>/<machine id>/
-        with exclusive_lock(folder / LOCK_NAME):
+        with exclusive_lock(folder):
             for _ in range(MAX_TRIES):
                 output_file = self.get(f"{self._next_num}_{save}.json")
                 if publish(output_file, data):

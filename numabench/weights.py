@@ -22,8 +22,8 @@ restore on stderr.
 Two suites on one machine (or two xdist workers) must not interleave: A saves
 1 and writes 3, B saves A's 3 and writes 5, A restores 1, B restores 3, and the
 machine is left changed (and A measured under B's weights). A ``WeightSetting``
-therefore holds a machine-wide lock (flock on
-``/run/lock/numabench-weights-<dir hash>.lock``) from before it reads the
+therefore holds a machine-wide lock (flock on the weights directory itself,
+so no lock file is ever left behind) from before it reads the
 weights until it has restored them; another process waits for it (up to
 ``NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S``, default 1800 s). Nested settings in one
 process share the lock.
@@ -33,9 +33,7 @@ from __future__ import annotations
 import atexit
 import errno
 import fcntl
-import hashlib
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -69,7 +67,6 @@ def read_weights(weights_dir: Path = WEIGHTS_DIR) -> dict[int, int]:
     return out
 
 
-LOCK_DIRS = (Path("/run/lock"), Path(tempfile.gettempdir()))
 LOCK_POLL_S = 0.1
 _held: dict[Path, list[int]] = {}  # lock path -> [fd, depth] for locks this process holds
 
@@ -86,10 +83,9 @@ def lock_timeout_s() -> float:
 
 
 def lock_path(weights_dir: Path = WEIGHTS_DIR) -> Path:
-    """The machine-wide lock file for one weights directory."""
-    key = hashlib.sha256(str(Path(weights_dir).resolve()).encode()).hexdigest()[:12]
-    folder = next((d for d in LOCK_DIRS if d.is_dir() and os.access(d, os.W_OK | os.X_OK)), LOCK_DIRS[-1])
-    return folder / f"numabench-weights-{key}.lock"
+    """What is flocked for one weights directory: the directory itself (one inode per
+    machine; flock works on sysfs directories), so nothing is created and nothing left."""
+    return Path(weights_dir).resolve()
 
 
 def acquire_lock(weights_dir: Path, timeout_s: float) -> Path:
@@ -98,9 +94,9 @@ def acquire_lock(weights_dir: Path, timeout_s: float) -> Path:
     if path in _held:
         _held[path][1] += 1
         return path
-    # Read-only is enough for flock, and lets a non-root process open a root-made file
-    # (it then fails on the weight write itself, with the message that says why).
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    # Read-only is enough for flock, and any user may open the directory (a non-root process
+    # then fails on the weight write itself, with the message that says why).
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     deadline = time.monotonic() + timeout_s
     try:
         while True:

@@ -176,3 +176,13 @@ def test_node_missing_on_this_machine_is_a_skip_with_the_reason(tmp_path):
     proc, _ = run_suite(tmp_path, f"--numa-policies=bind:{missing}", "--param-sizes=1M", "-rs")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"policy bind:{missing} needs NUMA node(s) {missing} with memory; this machine has" in proc.stdout
+
+
+def test_import_csv_of_non_utf8_bytes_is_one_line(tmp_path, capsys):
+    from numabench.cli import main
+    bad = tmp_path / "seed.csv"
+    bad.write_bytes(b"ngpus,numa_nodes,update_element\n1,0,\xff\xfe\n")
+    assert main(["import-csv", str(bad), "--out", str(tmp_path / "out.json"), "--gpu", "X"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not UTF-8 text (byte 0xff at line 2)" in err
+    assert not (tmp_path / "out.json").exists()
