@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .model_configs import MODELS, GPTConfig, model_config  # noqa: F401  (the model's sizes)
+from .model_configs import GPTConfig, model_config
 
 
 class Block(nn.Module):

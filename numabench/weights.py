@@ -41,7 +41,8 @@ from typing import Mapping
 
 from .errors import UsageError
 
-WEIGHTS_DIR = Path("/sys/kernel/mm/mempolicy/weighted_interleave")
+# NUMABENCH_WEIGHTS_DIR points the suite at a fake tree (tests: the real one is never written)
+WEIGHTS_DIR = Path(os.environ.get("NUMABENCH_WEIGHTS_DIR") or "/sys/kernel/mm/mempolicy/weighted_interleave")
 AUTO_NAMES = ("auto", "__auto_type")
 MAX_WEIGHT = 255
 NODE_SYSFS = Path("/sys/devices/system/node")
@@ -156,6 +157,7 @@ class WeightSetting:
         self._lock: Path | None = None
         self.node_root = Path(node_root)
         self.problems: list[str] = []  # what restore() could not put back
+        self._record: dict[str, dict[str, str]] = {}
 
     def __enter__(self) -> "WeightSetting":
         if not self.dir.is_dir():
@@ -173,6 +175,7 @@ class WeightSetting:
             self._unlock()
             raise
         self._saved = {n: current[n] for n in self.weights}
+        self._record = {"before": self._snapshot()}
         atexit.register(self.restore)
         try:
             for node, w in self.weights.items():
@@ -182,6 +185,7 @@ class WeightSetting:
             self.restore(raise_errors=False)
             raise PermissionError(f"cannot write weighted interleave weights in {self.dir}: {e.strerror}; "
                                   "this needs root") from e
+        self._record["during"] = self._snapshot()
         return self
 
     def _unlock(self) -> None:
@@ -201,6 +205,7 @@ class WeightSetting:
         try:
             self._restore(saved, raise_errors)
         finally:
+            self._record["after"] = self._snapshot()
             self._unlock()
 
     def _restore(self, saved: dict[int, int], raise_errors: bool) -> None:
@@ -232,4 +237,49 @@ class WeightSetting:
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         # Never replace an exception already on its way out (an interrupt, a worker fault).
-        self.restore(raise_errors=exc_type is None)
+        try:
+            self.restore(raise_errors=exc_type is None)
+        finally:
+            if self._record:
+                TOUCHED.append(self._record)
+
+    def _snapshot(self) -> dict[str, str]:
+        files = [self.dir / f"node{n}" for n in self.weights] + [f for f in [auto_mode_file(self.dir)] if f]
+        out = {}
+        for f in files:
+            try:
+                out[str(f)] = f.read_text().strip()
+            except OSError as e:
+                out[str(f)] = f"unreadable ({e.strerror or e})"
+        return out
+
+
+def auto_mode_reason(weights_dir: Path = WEIGHTS_DIR) -> str | None:
+    """Why writing a weight here would leave the machine changed, or None: while the kernel's
+    auto mode is on, the first weight written switches it off, and on kernels without
+    firmware bandwidth data it cannot be switched back on (ENODEV)."""
+    auto = auto_mode_file(weights_dir)
+    if auto is None:
+        return None
+    try:
+        value = auto.read_text().strip()
+    except OSError:
+        return None
+    if value.lower() not in ("1", "true", "y", "yes"):
+        return None
+    return (f"would switch the kernel's weighted-interleave auto mode off ({auto} is {value!r}; after a weight "
+            "is written it may not switch back on): pass --numa-allow-weight-writes to run it")
+
+
+# Every setting a WeightSetting touched in this process: path -> value before, during, after.
+TOUCHED: list[dict[str, dict[str, str]]] = []
+
+
+def settings_touched() -> list[dict[str, str]]:
+    """One entry per file and setting: {"path", "before", "during", "after"} (the run's record)."""
+    out = []
+    for rec in TOUCHED:
+        for path, before in rec.get("before", {}).items():
+            out.append({"path": path, "before": before, "during": rec.get("during", {}).get(path, ""),
+                        "after": rec.get("after", {}).get(path, "")})
+    return out

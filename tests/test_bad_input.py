@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from numabench.errors import UsageError
 from numabench.families import family_module
 from numabench.policy import Policy
 from numabench.topology import discover
-from numabench.weights import WEIGHTS_DIR, WeightSetting, auto_mode_file, read_weights
+from numabench.weights import WeightSetting, read_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = ROOT / "tests" / "data" / "machines"
@@ -135,11 +137,19 @@ def test_weighted_policy_without_root_is_a_usage_error():
                                         numa_policies="default;bind:0"))
 
 
-@pytest.mark.skipif(not (WEIGHTS_DIR / "node0").exists() or os.geteuid() != 0,
-                    reason="needs the real weights directory and root (to drop to nobody)")
-def test_weights_write_as_non_root_fails_in_one_line_and_changes_nothing():
-    """A real non-root writer (a forked child that dropped to uid nobody) against the real sysfs."""
-    before = (read_weights(), auto_mode_file().read_text() if auto_mode_file() else None)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to drop to nobody)")
+def test_weights_write_as_non_root_fails_in_one_line_and_changes_nothing(request):
+    """A real non-root writer (a forked child that dropped to uid nobody) against a weights tree
+    laid out and owned as sysfs's is (root, 0644; tests never write the real one)."""
+    top = Path(tempfile.mkdtemp(prefix="numabench-fake-sysfs-"))  # pytest's tmp_path is 0700: nobody could not enter
+    request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    wdir = top / "weighted_interleave"
+    wdir.mkdir()
+    (wdir / "node0").write_text("1\n")
+    (wdir / "auto").write_text("true\n")
+    for f in (top, wdir, wdir / "node0", wdir / "auto"):
+        f.chmod(0o755 if f.is_dir() else 0o644)
+    before = (read_weights(wdir), (wdir / "auto").read_text())
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
@@ -148,7 +158,7 @@ def test_weights_write_as_non_root_fails_in_one_line_and_changes_nothing():
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
-            with WeightSetting({0: 1 if before[0][0] != 1 else 2}):
+            with WeightSetting({0: 2}, weights_dir=wdir):
                 msg = "no error"
         except BaseException as e:
             msg = f"{type(e).__name__}: {e}"
@@ -158,9 +168,8 @@ def test_weights_write_as_non_root_fails_in_one_line_and_changes_nothing():
     with os.fdopen(r) as fh:
         msg = fh.read()
     os.waitpid(pid, 0)
-    assert msg == ("PermissionError: cannot write weighted interleave weights in "
-                   "/sys/kernel/mm/mempolicy/weighted_interleave: Permission denied; this needs root")
-    assert (read_weights(), auto_mode_file().read_text() if auto_mode_file() else None) == before
+    assert msg == f"PermissionError: cannot write weighted interleave weights in {wdir}: Permission denied; this needs root"
+    assert (read_weights(wdir), (wdir / "auto").read_text()) == before
 
 
 def test_nprocess_beyond_gpus_is_a_skip_with_the_reason():

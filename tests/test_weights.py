@@ -1,11 +1,13 @@
 """numabench.weights.WeightSetting against a fake weights directory (never the real sysfs one)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 import numabench.weights as weights
+from numabench.capabilities import probe
 from numabench.errors import UsageError
 from numabench.weights import AUTO_NAMES, WeightSetting, auto_mode_file, read_weights
 
@@ -221,3 +223,33 @@ def test_bad_lock_timeout_is_a_usage_error(wdir, monkeypatch):
         with WeightSetting({0: 2}, wdir):
             pass
     assert read_weights(wdir) == {0: 1, 2: 4}
+
+
+def _run_weighted_touch(wdir, *args):
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "NUMABENCH_WEIGHTS_DIR": str(wdir)}
+    return subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-p", "no:cacheprovider", "-q",
+                           "-rs", "--numa-policies=weighted:0=5", "--param-sizes=1M", "--numa-rounds=2",
+                           "--benchmark-json", str(wdir.parent / "run.json"), *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(not probe().weighted_interleave_kernel, reason="needs weighted interleave (Linux >= 6.9)")
+def test_weighted_case_that_would_switch_auto_mode_off_is_skipped_unless_allowed(tmp_path):
+    import json
+    wdir = tmp_path / "weighted_interleave"
+    wdir.mkdir()
+    (wdir / "node0").write_text("1\n")
+    (wdir / "auto").write_text("true\n")
+    out = _run_weighted_touch(wdir)
+    assert out.returncode == 0 and "1 skipped" in out.stdout, out.stdout + out.stderr
+    assert "would switch the kernel's weighted-interleave auto mode off" in out.stdout
+    assert "--numa-allow-weight-writes" in out.stdout and (wdir / "node0").read_text() == "1\n"
+    out = _run_weighted_touch(wdir, "--numa-allow-weight-writes")
+    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout + out.stderr
+    touched = json.loads((tmp_path / "run.json").read_text())["machine_info"]["numabench"]["settings_touched"]
+    node0 = [t for t in touched if t["path"].endswith("node0")]
+    assert node0 == [{"path": str(wdir / "node0"), "before": "1", "during": "5", "after": "1"}], touched
+    assert (wdir / "node0").read_text().strip() == "1"

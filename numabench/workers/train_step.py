@@ -58,7 +58,8 @@ class Trainer:
         import torch
         import torch.distributed as dist
 
-        from ..models import build_model, count_params, model_config
+        from ..model_configs import model_config
+        from ..models import build_model, count_params
 
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: allowed {', '.join(MODES)}")
