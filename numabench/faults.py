@@ -13,8 +13,12 @@
                          not exist, so the check fails as it would for a mis-placed buffer
 
 WHEN is ``setup``, ``stepN`` (N >= 1, counting every step request, warm-up
-rounds included) or ``step`` (every step). Without ``:rankN`` a fault hits
-every rank. Worker faults fire in numabench.workers.main, whatever the family;
+rounds included), ``step`` (every step), ``load`` (a worker loading a compiled
+kernel, under the build lock; ``kill@load`` first leaves torch's build marker
+behind, as a builder killed mid-compile does) or ``build`` (the child that
+builds a kernel before the workers start). Without ``:rankN`` a fault hits
+every rank. With ``NUMABENCH_FAULT_ONCE=PATH`` a fault fires once per PATH
+(the first process to create the file), so the cases after it run normally. Worker faults fire in numabench.workers.main, whatever the family;
 each first prints one line naming itself on the worker's stderr, so the
 parent's error carries it in the stderr tail. The parent (numabench.runner)
 parses the variable before it starts any worker: a malformed value is a usage
@@ -28,6 +32,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from .errors import UsageError
 
@@ -37,8 +42,9 @@ PARENT_KINDS = ("misplace",)
 KINDS = WORKER_KINDS + PARENT_KINDS
 OOM_BYTES = 1 << 50  # 1 PiB: more than any GPU or host has (and than x86-64 user space)
 _ALLOWED = ("KIND@WHEN[:rankN] joined by '|', KIND one of " + ", ".join(KINDS)
-            + "; WHEN setup, step or stepN (N >= 1); e.g. kill@step3:rank1|hang@setup")
-_ITEM = re.compile(r"^(?P<kind>[a-z]+)@(?P<when>setup|step(?P<n>\d+)?)(?::rank(?P<rank>\d+))?$")
+            + "; WHEN setup, step, stepN (N >= 1), load or build; e.g. kill@step3:rank1|hang@setup")
+_ITEM = re.compile(r"^(?P<kind>[a-z]+)@(?P<when>setup|load|build|step(?P<n>\d+)?)(?::rank(?P<rank>\d+))?$")
+ONCE_ENV = "NUMABENCH_FAULT_ONCE"
 
 
 class InjectedFault(RuntimeError):
@@ -73,7 +79,7 @@ def parse(text: str) -> list[Fault]:
         n = int(m["n"]) if m["n"] else None
         if n is not None and n < 1:
             raise UsageError(f"{FAULT_ENV}: bad fault {item!r}: steps count from 1")
-        kind, when = m["kind"], "setup" if m["when"] == "setup" else "step"
+        kind, when = m["kind"], m["when"] if m["when"] in ("setup", "load", "build") else "step"
         if kind in PARENT_KINDS and when != "setup":
             raise UsageError(f"{FAULT_ENV}: bad fault {item!r}: {kind} acts on the placement check, "
                              f"write {kind}@setup")
@@ -89,13 +95,31 @@ def parent_fault(kind: str, env: dict[str, str] | None = None) -> list[Fault]:
     return [f for f in from_env(env) if f.kind == kind]
 
 
-def fire(faults: list[Fault], when: str, step: int | None, rank: int | None, gpu: int | None = None) -> None:
-    """In a worker: carry out the first worker fault that hits (when, step, rank), if any."""
+def _first_time() -> bool:
+    """False when NUMABENCH_FAULT_ONCE names a file that exists already (the fault fired)."""
+    path = os.environ.get(ONCE_ENV)
+    if not path:
+        return True
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        return True
+    except FileExistsError:
+        return False
+
+
+def fire(faults: list[Fault], when: str, step: int | None, rank: int | None, gpu: int | None = None,
+         before_kill: "Callable[[], None] | None" = None) -> None:
+    """In a worker (or a kernel builder): carry out the first worker fault that hits (when,
+    step, rank), if any. ``before_kill`` runs first for a kill (to leave what a real one would)."""
     for f in faults:
         if f.kind in WORKER_KINDS and f.hits(when, step, rank):
+            if not _first_time():
+                return
+            if f.kind == "kill" and before_kill is not None:
+                before_kill()
             where = f"{when} {step}" if step else when
-            print(f"numabench fault injection ({FAULT_ENV}={f}): {f.kind} at {where} on rank {rank}",
-                  file=sys.stderr, flush=True)
+            who = f" on rank {rank}" if rank is not None else f" in process {os.getpid()}"
+            print(f"numabench fault injection ({FAULT_ENV}={f}): {f.kind} at {where}{who}", file=sys.stderr, flush=True)
             _carry_out(f, where, rank, gpu)
             return
 

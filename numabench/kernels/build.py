@@ -79,6 +79,7 @@ def load_extension(
     build_dir = build_root() / tag
     build_dir.mkdir(parents=True, exist_ok=True)
     with build_lock(build_dir, name):
+        _fault_point(build_dir)
         return cpp_extension.load(
             name=name,
             sources=[str(p) for p in _snapshot_sources(paths, build_dir / "src")],
@@ -91,6 +92,17 @@ def load_extension(
 
 
 TORCH_BATON = "lock"  # torch.utils.file_baton's marker file in the build folder
+BUILDER_ENV = "NUMABENCH_KERNEL_BUILDER"  # set in the children of numabench.kernels.prebuild
+
+
+def _fault_point(build_dir: Path) -> None:
+    """Fault injection (tests of the suite): ``load`` in a worker, ``build`` in a prebuild child."""
+    from .. import faults
+
+    found = faults.from_env()
+    if found:
+        when = "build" if os.environ.get(BUILDER_ENV) else "load"
+        faults.fire(found, when, None, None, before_kill=lambda: (build_dir / TORCH_BATON).touch())
 
 
 @contextlib.contextmanager

@@ -6,15 +6,18 @@ one or two translation units): on a fresh machine that is the difference
 between ~90 s and ~35 s of set-up."""
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from typing import Iterator, Sequence
 
 from ..errors import UsageError
+from .build import BUILDER_ENV
 
-BUILD_TIMEOUT_S = 900
+BUILD_TIMEOUT_S = float(os.environ.get("NUMABENCH_BUILD_TIMEOUT_S") or 900)
 
 # name -> Python that builds (and imports) it in a child; its last line of output, if
 # any, is a detail for the status line.
@@ -50,7 +53,8 @@ def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
     started = {}
     for name in names:
         started[name] = (time.perf_counter(), subprocess.Popen(
-            [sys.executable, "-c", _BUILDERS[name]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            [sys.executable, "-c", _BUILDERS[name]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, BUILDER_ENV: "1"}))
     for name in names:
         t0, proc = started[name]
         try:
@@ -58,7 +62,8 @@ def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
-            yield name, f"FAILED: build still running after {BUILD_TIMEOUT_S} s"
+            tail = " | ".join(out.strip().splitlines()[-3:])
+            yield name, f"FAILED (still running after {BUILD_TIMEOUT_S:g} s, killed)" + (f": {tail}" if tail else "")
             continue
         lines = out.strip().splitlines()
         seconds = f"{time.perf_counter() - t0:.1f} s"
@@ -66,7 +71,9 @@ def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
             detail = f", {lines[-1]}" if lines else ""
             yield name, f"ready ({seconds}{detail})"
         else:
-            yield name, f"FAILED (exit {proc.returncode}): " + " | ".join(lines[-6:])
+            code = proc.returncode
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+            yield name, f"FAILED ({how}): " + " | ".join(lines[-6:])
     if only is None and "cuda_adam" not in names:
         yield "cuda_adam", "skipped: no CUDA GPU or no CUDA toolkit here"
 

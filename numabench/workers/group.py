@@ -28,7 +28,7 @@ CLOSE_GRACE_S = 5.0  # a healthy worker's time to leave after OP_EXIT
 FAIL_GRACE_S = 1.0  # the same when the group is failing or interrupted
 # Setup starts Python, imports torch, may build kernels and touches every page:
 # it gets at least this long, whatever the per-request timeout of the rounds.
-SETUP_TIMEOUT_MIN_S = 120.0
+SETUP_TIMEOUT_MIN_S = float(os.environ.get("NUMABENCH_SETUP_TIMEOUT_MIN_S") or 120.0)
 
 
 class WorkerGroup:
@@ -38,6 +38,8 @@ class WorkerGroup:
             raise ValueError(f"worker timeout {timeout_s!r} s: allowed a positive number of seconds")
         self.timeout_s = timeout_s
         self.closed = False
+        self.doing = "start"  # the request in flight, named in every failure: setup, step N
+        self._steps = 0
         self.procs: list[subprocess.Popen] = []
         self._stderr = []
         self._buffers: list[bytes] = []
@@ -85,7 +87,7 @@ class WorkerGroup:
     def _fail(self, rank: int, message: str) -> None:
         tail = self.stderr_tail(rank)
         self.close(grace_s=FAIL_GRACE_S)
-        raise WorkerError(message, rank=rank, stderr_tail=tail)
+        raise WorkerError(f"{message} (during {self.doing})", rank=rank, stderr_tail=tail)
 
     def _receive(self, timeout_s: float) -> list[dict[str, Any]]:
         replies: list[dict[str, Any] | None] = [None] * len(self.procs)
@@ -134,6 +136,7 @@ class WorkerGroup:
     def setup(self, specs: Sequence[dict[str, Any]], timeout_s: float | None = None) -> list[dict[str, Any]]:
         """Send each rank its own spec; returns each rank's setup info. Waits at least
         SETUP_TIMEOUT_MIN_S unless ``timeout_s`` says otherwise."""
+        self.doing = "setup"
         for rank, (p, spec) in enumerate(zip(self.procs, specs)):
             try:
                 assert p.stdin is not None
@@ -145,6 +148,8 @@ class WorkerGroup:
 
     def step(self, payload: dict[str, Any] | None = None, timeout_s: float | None = None) -> list[dict[str, float]]:
         """One lockstep round; ``payload`` (e.g. the variant) goes to every rank."""
+        self._steps += 1
+        self.doing = f"step {self._steps}"
         return [r["times"] for r in self.request({"op": OP_STEP, **(payload or {})}, timeout_s)]
 
     def close(self, grace_s: float = CLOSE_GRACE_S) -> None:

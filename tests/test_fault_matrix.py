@@ -1,0 +1,113 @@
+"""The fault matrix: for each family that runs on CPU and each moment (building a kernel in the
+parent's build child, loading it in a worker, set-up, mid-step), a worker killed with
+SIGKILL, one that hangs, one that raises. Each run holds two cases; the fault fires once
+(NUMABENCH_FAULT_ONCE), in the first. Each time: that case fails quickly (a hang: within its
+time-out) with a message naming the rank or kernel, the moment and the cause; the second case
+passes; no worker process outlives the run; no build lock is left held or stale. (The real
+weighted-interleave settings are checked unchanged by tests/conftest.py.) The GPU variants
+run in the GPU script (tests/test_faults.py, GPU-marked)."""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import psutil
+import pytest
+
+from numabench.kernels.build import TORCH_BATON, build_root
+
+ROOT = Path(__file__).resolve().parents[1]
+HANG_TIMEOUT_S = 4  # a step that gets no answer
+SETUP_TIMEOUT_S = 25  # set-up (imports torch, builds nothing: the parent built first)
+BUILD_TIMEOUT_S = 6
+
+FAMILIES = {  # family -> arguments selecting two small cases of one variant
+    "touch": ["--param-sizes=1M,2M"],
+    "host_membw": ["--param-sizes=1M,2M", "--numa-axis", "kernel=copy"],
+    "cpu_adam": ["--param-sizes=1M,2M", "--numa-axis", "impl=ours"],
+    "dataloader": ["--param-sizes=8,16", "--numa-axis", "binding=bound"],
+    "train_step": ["--param-sizes=2,4", "--numa-axis", "mode=ddp", "--numa-axis", "model=tiny"],
+}
+KERNEL_OF = {"host_membw": "stream", "cpu_adam": "cpu_adam"}
+CAUSE = {"kill": r"killed by SIGKILL", "raise": r"raised InjectedFault", "hang": r"gave no answer within"}
+CELLS = ([(f, m, k) for f in FAMILIES for m in ("setup", "step2") for k in ("kill", "hang", "raise")]
+         + [(f, m, k) for f in KERNEL_OF for m in ("load", "build") for k in ("kill", "hang", "raise")])
+
+
+def workers_with(marker: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.environ().get("NUMABENCH_FAULT_ONCE") == marker:
+                out.append(p.pid)
+        except (psutil.Error, OSError):
+            pass
+    return out
+
+
+def _cell(family: str, moment: str, kind: str):
+    # Cells of kernel families share the build cache (and its lock): one xdist worker runs them
+    # all, one after another (.ci/test runs -n 2 --dist loadgroup), so a hung build in one cell
+    # never holds up another's.
+    marks = [pytest.mark.xdist_group("kernel-builds")] if family in KERNEL_OF else []
+    return pytest.param(family, moment, kind, id=f"{family}-{moment}-{kind}", marks=marks)
+
+
+@pytest.mark.parametrize("family,moment,kind", [_cell(*c) for c in CELLS])
+def test_fault_fails_its_case_and_the_next_runs(family, moment, kind, tmp_path):
+    once = str(tmp_path / "fired")
+    env = {**os.environ, "NUMABENCH_FAULT": f"{kind}@{moment}", "NUMABENCH_FAULT_ONCE": once,
+           "NUMABENCH_SETUP_TIMEOUT_MIN_S": str(SETUP_TIMEOUT_S), "NUMABENCH_BUILD_TIMEOUT_S": str(BUILD_TIMEOUT_S)}
+    xml = tmp_path / "junit.xml"
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "pytest", f"benchmarks/test_{family}.py", "-p", "no:cacheprovider",
+                          "-q", "--numa-policies=default", "--numa-rounds=3", "--numa-warmup=1",
+                          f"--numa-timeout={HANG_TIMEOUT_S}", f"--junitxml={xml}",
+                          f"--benchmark-storage=file://{tmp_path}/store", *FAMILIES[family]],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    wall = time.monotonic() - t0
+    text = out.stdout + out.stderr
+    assert os.path.exists(once), f"the fault never fired\n{text[-3000:]}"
+    assert out.returncode == 1, text[-3000:]
+    cases = ET.parse(xml).getroot().iter("testcase")
+    results = [(c.get("name"), float(c.get("time")), c.find("failure")) for c in cases]
+    failed = [r for r in results if r[2] is not None]
+    passed = [r for r in results if r[2] is None and r[0]]
+    assert failed and passed, results
+    first = failed[0]
+    message = first[2].get("message", "") + (first[2].text or "")
+    # the message names who, when and why
+    if moment == "build":
+        cause = {"kill": "killed by SIGKILL", "raise": "exit 1", "hang": f"still running after {BUILD_TIMEOUT_S} s"}
+        assert f"kernel {KERNEL_OF[family]} did not build: FAILED ({cause[kind]}" in message, message[-2000:]
+        assert f"{kind} at build" in message or f"injected fault at build" in message, message[-2000:]
+    else:
+        assert "rank 0: " in message, message[-2000:]
+        assert re.search(CAUSE[kind], message), message[-2000:]
+        during = "during setup" if moment in ("setup", "load") else "during step 2"
+        assert during in message, message[-2000:]
+        assert f"{kind} at {moment.replace('step2', 'step 2')}" in message, message[-2000:]
+    # how soon: a kill or a raise within 10 s of the worker's start (its set-up included); a hang
+    # within its time-out
+    limit = {"kill": 10, "raise": 10}.get(kind) or (
+        BUILD_TIMEOUT_S if moment == "build" else SETUP_TIMEOUT_S if moment in ("setup", "load") else HANG_TIMEOUT_S) + 10
+    assert first[1] < limit, (first[1], limit)
+    assert wall < 200
+    # nothing left behind: no worker, no held or stale build lock
+    assert not workers_with(once)
+    if family in KERNEL_OF:
+        for folder in build_root().glob(f"numabench_{KERNEL_OF[family]}-*"):
+            if folder.is_dir():
+                assert not (folder / TORCH_BATON).exists(), f"stale {folder / TORCH_BATON}"
+            elif folder.suffix == ".flock":
+                fd = os.open(folder, os.O_RDONLY)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it
+                finally:
+                    os.close(fd)
