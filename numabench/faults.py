@@ -129,7 +129,7 @@ def _carry_out(f: Fault, where: str, rank: int | None, gpu: int | None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(60)  # the signal is on its way
     elif f.kind == "raise":
-        raise InjectedFault(f"injected fault at {where} on rank {rank}")
+        raise InjectedFault(f"injected fault at {where}" + (f" on rank {rank}" if rank is not None else ""))
     elif f.kind == "hang":
         while True:
             time.sleep(3600)

@@ -73,7 +73,12 @@ def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
         else:
             code = proc.returncode
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-            yield name, f"FAILED ({how}): " + " | ".join(lines[-6:])
+            # The error, not a traceback's tail: a Python exception's last line, else a compiler's error.
+            errors = [ln.strip() for ln in lines if "Error" in ln or "error:" in ln]
+            if any(ln.startswith("Traceback") for ln in lines):
+                errors.append(lines[-1].strip())
+            detail = errors[-1] if errors else " | ".join(lines[-6:])
+            yield name, f"FAILED ({how}): {detail}"
     if only is None and "cuda_adam" not in names:
         yield "cuda_adam", "skipped: no CUDA GPU or no CUDA toolkit here"
 
