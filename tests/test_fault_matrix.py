@@ -25,7 +25,7 @@ from numabench.kernels.build import TORCH_BATON, build_root
 ROOT = Path(__file__).resolve().parents[1]
 HANG_TIMEOUT_S = 4  # a step that gets no answer
 SETUP_TIMEOUT_S = 25  # set-up (imports torch, builds nothing: the parent built first)
-BUILD_TIMEOUT_S = 6
+BUILD_TIMEOUT_S = 30  # a build child starts Python and torch first: seconds on a loaded 2-core runner
 
 FAMILIES = {  # family -> arguments selecting two small cases of one variant
     "touch": ["--param-sizes=1M,2M"],
