@@ -3,7 +3,7 @@ parent's build child, loading it in a worker, set-up, mid-step), a worker killed
 SIGKILL, one that hangs, one that raises. Each run holds two cases; the fault fires once
 (NUMABENCH_FAULT_ONCE), in the first. Each time: that case fails quickly (a hang: within its
 time-out) with a message naming the rank or kernel, the moment and the cause; the second case
-passes; no worker process outlives the run; no build lock is left held or stale. (The real
+passes; no worker process or temporary file outlives the run; no build lock is left held or stale. (The real
 weighted-interleave settings are checked unchanged by tests/conftest.py.) The GPU variants
 run in the GPU script (tests/test_faults.py, GPU-marked)."""
 from __future__ import annotations
@@ -11,8 +11,10 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -60,10 +62,15 @@ def _cell(family: str, moment: str, kind: str):
 
 
 @pytest.mark.parametrize("family,moment,kind", [_cell(*c) for c in CELLS])
-def test_fault_fails_its_case_and_the_next_runs(family, moment, kind, tmp_path):
+def test_fault_fails_its_case_and_the_next_runs(family, moment, kind, tmp_path, request):
     once = str(tmp_path / "fired")
     env = {**os.environ, "NUMABENCH_FAULT": f"{kind}@{moment}", "NUMABENCH_FAULT_ONCE": once,
            "NUMABENCH_SETUP_TIMEOUT_MIN_S": str(SETUP_TIMEOUT_S), "NUMABENCH_BUILD_TIMEOUT_S": str(BUILD_TIMEOUT_S)}
+    # The run's TMPDIR: whatever it leaves behind shows up here. Short: multiprocessing puts
+    # AF_UNIX sockets in it (108 bytes at most for their path).
+    tmpdir = Path(tempfile.mkdtemp(prefix="nbfm-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(tmpdir, ignore_errors=True))
+    env["TMPDIR"] = str(tmpdir)
     xml = tmp_path / "junit.xml"
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "pytest", f"benchmarks/test_{family}.py", "-p", "no:cacheprovider",
@@ -99,8 +106,9 @@ def test_fault_fails_its_case_and_the_next_runs(family, moment, kind, tmp_path):
         BUILD_TIMEOUT_S if moment == "build" else SETUP_TIMEOUT_S if moment in ("setup", "load") else HANG_TIMEOUT_S) + 10
     assert first[1] < limit, (first[1], limit)
     assert wall < 200
-    # nothing left behind: no worker, no held or stale build lock
+    # nothing left behind: no worker, no temporary file, no held or stale build lock
     assert not workers_with(once)
+    assert not list(tmpdir.iterdir()), sorted(p.name for p in tmpdir.iterdir())
     if family in KERNEL_OF:
         for folder in build_root().glob(f"numabench_{KERNEL_OF[family]}-*"):
             if folder.is_dir():

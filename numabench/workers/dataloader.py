@@ -118,7 +118,8 @@ class Worker:
         self.bound = self.binding == "bound"
         self.cpus = list(spec["cpus"]) if self.bound and spec.get("cpus") else None
         self.settings = loader_settings(spec, self.cuda)
-        self.report_dir = tempfile.mkdtemp(prefix="numabench-loader-")
+        # In the group's scratch folder (removed by the parent even if this worker is killed)
+        self.report_dir = tempfile.mkdtemp(prefix="numabench-loader-", dir=os.environ.get("NUMABENCH_SCRATCH_DIR"))
         self.loader = self.it = None
         self.host_dest = None
 

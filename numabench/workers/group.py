@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -24,6 +25,7 @@ from ..errors import WorkerError
 from .protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
 STDERR_TAIL_LINES = 30
+SCRATCH_ENV = "NUMABENCH_SCRATCH_DIR"
 CLOSE_GRACE_S = 5.0  # a healthy worker's time to leave after OP_EXIT
 FAIL_GRACE_S = 1.0  # the same when the group is failing or interrupted
 # Setup starts Python, imports torch, may build kernels and touches every page:
@@ -43,7 +45,12 @@ class WorkerGroup:
         self.procs: list[subprocess.Popen] = []
         self._stderr = []
         self._buffers: list[bytes] = []
+        # Workers' temporary files (theirs, and those of what they run: multiprocessing's pymp-*
+        # folders, loader reports) go here, as their TMPDIR; the group removes it when it closes,
+        # so a worker killed before its own clean-up leaves nothing behind.
+        self.scratch = tempfile.mkdtemp(prefix="numabench-run-")
         envs = [env] * len(commands) if isinstance(env, dict) else list(env)
+        envs = [{**e, SCRATCH_ENV: self.scratch, "TMPDIR": self.scratch} for e in envs]
         try:
             for cmd, e in zip(commands, envs):
                 err = tempfile.TemporaryFile()
@@ -192,6 +199,7 @@ class WorkerGroup:
                         pass
         for f in self._stderr:
             f.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
         self.closed = True
 
 
