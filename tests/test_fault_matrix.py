@@ -100,9 +100,10 @@ def test_fault_fails_its_case_and_the_next_runs(family, moment, kind, tmp_path, 
         during = "during setup" if moment in ("setup", "load") else "during step 2"
         assert during in message, message[-2000:]
         assert f"{kind} at {moment.replace('step2', 'step 2')}" in message, message[-2000:]
-    # how soon: a kill or a raise within 10 s of the worker's start (its set-up included); a hang
+    # how soon: a kill or a raise within 20 s of the case's start (worker start and set-up included: on a
+    # loaded 2-core runner a torch import alone takes seconds; observed 0.1-3.1 s); a hang
     # within its time-out
-    limit = {"kill": 10, "raise": 10}.get(kind) or (
+    limit = {"kill": 20, "raise": 20}.get(kind) or (
         BUILD_TIMEOUT_S if moment == "build" else SETUP_TIMEOUT_S if moment in ("setup", "load") else HANG_TIMEOUT_S) + 10
     assert first[1] < limit, (first[1], limit)
     assert wall < 200

@@ -138,9 +138,11 @@ def test_workers_die_with_a_parent_killed_without_cleanup(tmp_path):
         print(json.dumps(g.pids), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=worker_env(),
-                         timeout=60)
+    # TMPDIR: the killed parent cannot remove its group's scratch folder; keep it in tmp_path
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**worker_env(), "TMPDIR": str(tmp_path)}, timeout=60)
     assert out.returncode == -9, out.stderr
+    assert [p.name[:14] for p in tmp_path.iterdir()] == ["numabench-run-"]  # what a SIGKILLed parent leaves
     pids = json.loads(out.stdout)
     deadline = time.monotonic() + 5
     while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids) \
