@@ -25,9 +25,9 @@ class Worker:
     INJECTS_SLOWDOWN = True
 
     def __init__(self, spec: dict) -> None:
-        self.pad = SlowdownPad()
         import torch
 
+        self.pad = SlowdownPad()
         self.spec = spec
         self.numel = int(spec["numel"])
         self.dtype = torch_dtype(spec["dtype"])
