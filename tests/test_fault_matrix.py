@@ -61,8 +61,21 @@ def _cell(family: str, moment: str, kind: str):
     return pytest.param(family, moment, kind, id=f"{family}-{moment}-{kind}", marks=marks)
 
 
+@pytest.fixture(scope="module")
+def kernels_built() -> None:
+    """The kernels built once before any cell: a cell's case is timed from its start, and a first
+    compile (20-40 s on a loaded 2-core runner) is not the fault's doing. The build cells still
+    fire: the parent's build child goes through the build lock and the fault point even when
+    the kernel is cached."""
+    from numabench.kernels.prebuild import ensure_built
+
+    ensure_built(sorted(set(KERNEL_OF.values())))
+
+
 @pytest.mark.parametrize("family,moment,kind", [_cell(*c) for c in CELLS])
 def test_fault_fails_its_case_and_the_next_runs(family, moment, kind, tmp_path, request):
+    if family in KERNEL_OF:
+        request.getfixturevalue("kernels_built")
     once = str(tmp_path / "fired")
     env = {**os.environ, "NUMABENCH_FAULT": f"{kind}@{moment}", "NUMABENCH_FAULT_ONCE": once,
            "NUMABENCH_SETUP_TIMEOUT_MIN_S": str(SETUP_TIMEOUT_S), "NUMABENCH_BUILD_TIMEOUT_S": str(BUILD_TIMEOUT_S)}
