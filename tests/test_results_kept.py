@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -43,3 +44,59 @@ def test_usage_error_and_interrupt_keep_the_last_results_and_a_run_replaces_them
     out, _ = p.communicate(timeout=300)
     assert p.returncode == 0, out
     assert json.loads(last.read_text())["benchmarks"][0]["name"].startswith("test_touch[")
+
+
+def test_benchmark_json_is_replaced_whole_or_left_as_it_was(tmp_path):
+    """pytest-benchmark's --benchmark-json (argparse FileType) would empty PATH while parsing;
+    fixtures.json_target makes it a file written at the end and renamed over PATH."""
+    target = tmp_path / "run.json"
+    target.write_text('{"previous": true}')
+
+    def pytest_run(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-p", "no:cacheprovider", "-q",
+                                 f"--benchmark-json={target}", f"--benchmark-storage=file://{tmp_path}/store", *args],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+
+    p = pytest_run("--numa-policies=nonsense")
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 4, out
+    assert json.loads(target.read_text()) == {"previous": True}
+    os.environ["NUMABENCH_FAULT"] = "hang@step1"
+    try:
+        p = pytest_run("--numa-policies=default", "--param-sizes=1M")
+        time.sleep(8)
+        os.killpg(p.pid, signal.SIGINT)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        os.environ.pop("NUMABENCH_FAULT")
+    assert p.returncode != 0, out
+    assert json.loads(target.read_text()) == {"previous": True}
+    assert not [f.name for f in tmp_path.iterdir() if f.name.startswith(".run.json")]
+    p = pytest_run("--numa-policies=default", "--param-sizes=1M", "--numa-rounds=2")
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 0, out
+    assert json.loads(target.read_text())["benchmarks"][0]["name"].startswith("test_touch[")
+    # what FileType refused at parse time is still refused there, naming the path
+    out = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-p", "no:cacheprovider",
+                          f"--benchmark-json={tmp_path}/missing/run.json"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 4 and "its folder" in out.stderr and "missing" in out.stderr, out.stderr
+
+
+def test_json_target_publishes_nothing_when_the_write_fails(tmp_path):
+    from fixtures.json_target import JsonTarget
+
+    path = tmp_path / "out.json"
+    path.write_bytes(b"old")
+    target = JsonTarget(str(path))
+    try:
+        with target as fh:
+            fh.write(b"half")
+            raise RuntimeError("serialisation failed")
+    except RuntimeError:
+        pass
+    assert path.read_bytes() == b"old"
+    with target as fh:
+        fh.write(b"new")
+    assert path.read_bytes() == b"new"
+    assert [f.name for f in tmp_path.iterdir()] == ["out.json"]
