@@ -5,7 +5,8 @@ SIGKILL, one that hangs, one that raises. Each run holds two cases; the fault fi
 time-out) with a message naming the rank or kernel, the moment and the cause; the second case
 passes; no worker process or temporary file outlives the run; no build lock is left held or stale. (The real
 weighted-interleave settings are checked unchanged by tests/conftest.py.) The GPU variants
-run in the GPU script (tests/test_faults.py, GPU-marked)."""
+(adam_offload, its CUDA kernel's load and build included) are gpu-marked cells that the GPU
+script (.ci/gpu) runs; tests/test_faults.py adds a real CUDA out-of-memory."""
 from __future__ import annotations
 
 import fcntl
@@ -36,7 +37,13 @@ FAMILIES = {  # family -> arguments selecting two small cases of one variant
     "dataloader": ["--param-sizes=8,16", "--numa-axis", "binding=bound"],
     "train_step": ["--param-sizes=2,4", "--numa-axis", "mode=ddp", "--numa-axis", "model=tiny"],
 }
-KERNEL_OF = {"host_membw": "stream", "cpu_adam": "cpu_adam"}
+# The GPU variants (gpu-marked: .ci/gpu runs them): the core family, one rank, small sizes.
+GPU_FAMILIES = {
+    "adam_offload": ["--param-sizes=1M,2M", "--dtypes=fp32", "--nprocess=1", "--numa-axis", "impl=ours",
+                     "--numa-axis", "schedule=serial"],
+}
+FAMILIES.update(GPU_FAMILIES)
+KERNEL_OF = {"host_membw": "stream", "cpu_adam": "cpu_adam", "adam_offload": "cuda_adam"}
 CAUSE = {"kill": r"killed by SIGKILL", "raise": r"raised InjectedFault", "hang": r"gave no answer within"}
 CELLS = ([(f, m, k) for f in FAMILIES for m in ("setup", "step2") for k in ("kill", "hang", "raise")]
          + [(f, m, k) for f in KERNEL_OF for m in ("load", "build") for k in ("kill", "hang", "raise")])
@@ -53,29 +60,38 @@ def workers_with(marker: str) -> list[int]:
     return out
 
 
+def _cuda() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
 def _cell(family: str, moment: str, kind: str):
     # Cells of kernel families share the build cache (and its lock): one xdist worker runs them
     # all, one after another (.ci/test runs -n 2 --dist loadgroup), so a hung build in one cell
     # never holds up another's.
     marks = [pytest.mark.xdist_group("kernel-builds")] if family in KERNEL_OF else []
+    if family in GPU_FAMILIES:
+        marks += [pytest.mark.gpu, pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")]
     return pytest.param(family, moment, kind, id=f"{family}-{moment}-{kind}", marks=marks)
 
 
-@pytest.fixture(scope="module")
-def kernels_built() -> None:
-    """The kernels built once before any cell: a cell's case is timed from its start, and a first
-    compile (20-40 s on a loaded 2-core runner) is not the fault's doing. The build cells still
-    fire: the parent's build child goes through the build lock and the fault point even when
-    the kernel is cached."""
+def kernel_built(family: str) -> None:
+    """The family's kernel built (once per process) before its cells: a cell's case is timed
+    from its start, and a first compile (20-40 s on a loaded 2-core runner) is not the fault's
+    doing. The build cells still fire: the parent's build child goes through the build lock
+    and the fault point even when the kernel is cached."""
     from numabench.kernels.prebuild import ensure_built
 
-    ensure_built(sorted(set(KERNEL_OF.values())))
+    ensure_built([KERNEL_OF[family]])
 
 
 @pytest.mark.parametrize("family,moment,kind", [_cell(*c) for c in CELLS])
 def test_fault_fails_its_case_and_the_next_runs(family, moment, kind, tmp_path, request):
     if family in KERNEL_OF:
-        request.getfixturevalue("kernels_built")
+        kernel_built(family)
     once = str(tmp_path / "fired")
     env = {**os.environ, "NUMABENCH_FAULT": f"{kind}@{moment}", "NUMABENCH_FAULT_ONCE": once,
            "NUMABENCH_SETUP_TIMEOUT_MIN_S": str(SETUP_TIMEOUT_S), "NUMABENCH_BUILD_TIMEOUT_S": str(BUILD_TIMEOUT_S)}
