@@ -1,20 +1,23 @@
-"""How a case is described: one point of a family's axes, with a stable id.
+"""How a case is described: one point of a family's axes, with a stable id; the
+matrix of cases a run selects; what one case's run returns.
 
-``Family`` is the nvbandwidth-testcase shape: a key users select by, a
-description, its phases (each a pytest-benchmark entry), its axes' defaults
-and its requirements, from which the skip reason comes.
+Families (numabench.families) say which axes exist and why a case cannot run;
+this module crosses the axes into cases and names them.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Sequence
 
-from .errors import UsageError
-from .policy import Policy
+from numabench.errors import UsageError
+from numabench.numa.placement import PlacementReport, Verdict
+from numabench.numa.policy import Policy
 
 if TYPE_CHECKING:
-    from .capabilities import Capabilities
-    from .topology import Topology
+    from numabench.families.base import Family
+    from numabench.machine.capabilities import Capabilities
+    from numabench.machine.topology import Topology
 
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -113,99 +116,90 @@ class Rank:
 
 
 @dataclass
-class Family:
-    key: str
-    description: str
-    phases: tuple[str, ...]
-    needs_gpu: bool = False
-    min_gpus_per_case: Callable[["Case"], int] = lambda case: 0
-    default_sizes: tuple[int, ...] = ()
-    default_dtypes: tuple[str, ...] = ("fp32",)
-    extra_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # every allowed value
-    # values a plain run takes where not all of them (e.g. alloc: register only); --numa-axis widens
-    default_axis_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # extra axes one worker run covers (same placed memory, timed one after another)
-    worker_axes: tuple[str, ...] = ()
-    # bytes of host memory per element per rank (for the fits-in-memory check)
-    host_bytes_per_element: Callable[["Case"], float] = lambda case: case.itemsize
-    device_bytes_per_element: Callable[["Case"], float] = lambda case: 0
-    # which ranks exist: "gpu" (rank i on GPU i) or "cpu-node" (rank i on the i-th CPU node)
-    rank_kind: str = "gpu"
-    # family-specific reasons (an optional package, an axis combination that means nothing)
-    case_skip_reason: Callable[["Case"], str | None] | None = None
-    # compiled kernels its workers load (numabench.kernels.prebuild names): built by the
-    # parent before any worker starts, so workers only load them
-    kernels: tuple[str, ...] = ()
+class RankPlacement:
+    rank: int
+    policy: str
+    report: PlacementReport
+    verdict: Verdict | None  # None: the policy promises nothing (default, unbound)
 
-    def axis_values(self, overrides: dict[str, list[str]] | None = None) -> dict[str, tuple[str, ...]]:
-        """The extra axes' values for a run: defaults, or what --numa-axis names (validated)."""
-        out = {a: self.default_axis_values.get(a, vals) for a, vals in self.extra_axes.items()}
-        for axis, vals in (overrides or {}).items():
-            if axis not in self.extra_axes:
-                continue  # an axis of another family
-            bad = [v for v in vals if v not in self.extra_axes[axis]]
-            if bad:
-                raise UsageError(f"--numa-axis {axis}: unknown value(s) {', '.join(bad)} for {self.key}; "
-                                 f"allowed {', '.join(self.extra_axes[axis])}")
-            out[axis] = tuple(vals)
-        return out
+    def to_dict(self) -> dict[str, Any]:
+        d = {"rank": self.rank, "policy": self.policy, **self.report.to_dict()}
+        if self.verdict:
+            d.update(ok=self.verdict.ok, deviation_pp=round(self.verdict.deviation_pp, 3),
+                     message=self.verdict.message)
+        return d
 
-    def ranks(self, case: Case, topology: "Topology") -> list[Rank]:
-        ranks = []
-        for i in range(case.nprocess):
-            if self.rank_kind == "gpu" and topology.gpus:
-                g = topology.gpu(i)
-                own = g.numa_node
-                cpu = topology.nearest_cpu_node(own) if own is not None else None
-                ranks.append(Rank(i, g.index, own, cpu))
-            else:
-                cpu_nodes = topology.cpu_node_ids
-                node = cpu_nodes[i % len(cpu_nodes)]
-                ranks.append(Rank(i, None, node, node))
-        return ranks
 
-    def skip_reason(self, case: Case, topology: "Topology", caps: "Capabilities",
-                    host_memory_bytes: int | None = None) -> str | None:
-        """Why ``case`` cannot run on this machine, or None. One clear reason.
-        ``host_memory_bytes`` overrides MemTotal (VMs whose memory grows as it is used)."""
-        ngpu = len(topology.gpus)
-        if self.needs_gpu and ngpu == 0:
-            return f"{self.key} needs a CUDA GPU; none is visible (no NVIDIA driver or CUDA_VISIBLE_DEVICES empty)"
-        if self.rank_kind == "gpu" and self.needs_gpu and case.nprocess > ngpu:
-            return f"nprocess={case.nprocess} needs {case.nprocess} GPUs; this machine has {ngpu}"
-        if self.rank_kind == "cpu-node" and case.nprocess > len(topology.cpu_node_ids):
-            return (f"nprocess={case.nprocess} needs {case.nprocess} NUMA nodes with CPUs (one rank per node); "
-                    f"this machine has {len(topology.cpu_node_ids)}")
-        need = self.min_gpus_per_case(case)
-        if need > ngpu:
-            return f"{self.key} needs {need} GPUs; this machine has {ngpu}"
-        family_reason = self.case_skip_reason(case) if self.case_skip_reason else None
-        if family_reason:
-            return family_reason
-        err = case.policy.requirement_error(topology)
-        if err:
-            return err
-        if case.policy.kind == "local" and self.rank_kind == "gpu" and self.needs_gpu:
-            unknown = [g.index for g in topology.gpus[: case.nprocess] if g.numa_node is None]
-            if unknown:
-                return f"policy local needs each GPU's NUMA node; unknown for GPU(s) {unknown} (sysfs numa_node=-1)"
-        if case.policy.kind == "weighted":
-            reason = caps.weighted_skip_reason()
-            if reason:
-                return reason
-        if case.policy.kind == "preferred-many" and not caps.preferred_many_kernel:
-            return f"preferred-many needs Linux >= 5.15; kernel {caps.kernel_release} rejected MPOL_PREFERRED_MANY"
-        host_need = case.numel * self.host_bytes_per_element(case)
-        host_have = host_memory_bytes or sum(n.mem_total_bytes for n in topology.nodes)
-        if host_need > 0.8 * host_have:
-            have = (f"--numa-host-memory gives {host_have / 2**30:.1f} GiB" if host_memory_bytes else
-                    f"MemTotal reads {host_have / 2**30:.1f} GiB")
-            return (f"size {format_size(case.numel)} needs {host_need / 2**30:.1f} GiB of host memory; "
-                    f"{have} (80% usable; on a VM whose memory grows as it is used, pass --numa-host-memory=GiB)")
-        if topology.gpus and self.needs_gpu:
-            dev_need = case.numel_per_rank * self.device_bytes_per_element(case)
-            dev_have = min(g.memory_bytes for g in topology.gpus[: case.nprocess]) or float("inf")
-            if dev_need > 0.9 * dev_have:
-                return (f"size {format_size(case.numel)} needs {dev_need / 2**30:.1f} GiB per GPU; "
-                        f"the GPU has {dev_have / 2**30:.1f} GiB")
-        return None
+@dataclass
+class CaseResult:
+    case: Case
+    phases: dict[str, list[float]]  # seconds per round, max over ranks
+    per_rank: list[dict[str, list[float]]]
+    setup_info: list[dict[str, Any]]
+    placement: list[RankPlacement]
+    launcher: str
+    commands: list[list[str]]
+    slowdown: float = 1.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    # Each invocation's rounds per phase (fresh workers, fresh buffers); empty: one, ``phases``
+    invocations: list[dict[str, list[float]]] = field(default_factory=list)
+
+    def median(self, phase: str) -> float:
+        return statistics.median(self.phases[phase])
+
+    def invocation_medians(self, phase: str) -> list[float]:
+        return [statistics.median(inv[phase]) for inv in (self.invocations or [self.phases])]
+
+
+def default_policies(topology: Topology) -> list[Policy]:
+    mem = list(topology.memory_node_ids) or [0]
+    cpu = list(topology.cpu_node_ids) or [0]
+    cxl = list(topology.cpuless_node_ids)
+    near = cpu[0]
+    # The "far" node: a CPU-less (CXL) node if there is one, else the next node, else node 1 (a template).
+    far = cxl[0] if cxl else next((n for n in mem if n != near), 1)
+    texts = ["default", "local"]
+    texts += [f"bind:{n}" for n in mem]
+    if len(mem) < 2:
+        texts.append(f"bind:{far}")  # shows as skipped: no second node
+    texts += [f"preferred:{far}", f"preferred-many:{near},{far}", "interleave:all", f"interleave:{near},{far}",
+              f"weighted:{near}=1,{far}=1", f"weighted:{near}=1,{far}=3"]
+    if len(cxl) > 1:
+        texts.append("interleave:" + ",".join(map(str, [near, *cxl])))
+    seen: dict[str, Policy] = {}
+    for t in texts:
+        p = Policy.parse(t)
+        seen.setdefault(p.id, p)
+    return list(seen.values())
+
+
+def case_matrix(family: "Family", topology: "Topology", caps: "Capabilities", *,
+                nprocess: Sequence[int] | None = None, sizes: Sequence[int] | None = None,
+                policies: Sequence[Policy] | None = None, dtypes: Sequence[str] | None = None,
+                axis_overrides: dict[str, list[str]] | None = None, host_memory_bytes: int | None = None,
+                weight_writes_reason: str | None = None) -> list[tuple[Case, str | None]]:
+    """Every case of ``family`` a run selects (None: the family's defaults on this machine),
+    each with the reason it cannot run here, or None. ``weight_writes_reason``: why weighted
+    cases may not change the kernel's weights (they skip with it)."""
+    default_np = sorted({1, max(1, len(topology.gpus))}) if family.rank_kind == "gpu" else [1]
+    extras: list[tuple[tuple[str, str], ...]] = [()]
+    for axis, values in family.axis_values(axis_overrides).items():
+        extras = [e + ((axis, v),) for e in extras for v in values]
+    out = []
+    for n in nprocess or default_np:
+        for size in sizes or family.default_sizes:
+            for pol in policies or default_policies(topology):
+                for dt in dtypes or family.default_dtypes:
+                    for ex in extras:
+                        case = Case(family.key, n, size, pol, dt, ex)
+                        reason = family.skip_reason(case, topology, caps, host_memory_bytes)
+                        if reason is None and pol.kind == "weighted" and weight_writes_reason:
+                            reason = weight_writes_reason  # a setting that cannot be restored: only on request
+                        out.append((case, reason))
+    return out
+
+
+def worker_run_key(case: Case, family: "Family") -> str:
+    """Cases that differ only in the family's worker axes share one worker run."""
+    shared = tuple((k, v) for k, v in case.extra if k not in family.worker_axes)
+    return f"{case.family}[{Case(case.family, case.nprocess, case.numel, case.policy, case.dtype, shared).id}]"

@@ -6,22 +6,22 @@ import json
 import sys
 from typing import Sequence
 
-from .compare import DEFAULT_THRESHOLD
-from .errors import NumabenchError
+from numabench.errors import NumabenchError
+from numabench.results.compare import DEFAULT_THRESHOLD
 
 
 def cmd_topo(ns: argparse.Namespace) -> int:
-    from .capabilities import probe
-    from .report_topo import render_topology
-    from .topology import discover
+    from numabench.machine.capabilities import probe
+    from numabench.machine.describe import render_topology
+    from numabench.machine.topology import discover
 
     topo = discover(ns.root)
     caps = probe(first_node=(topo.memory_node_ids or (0,))[0])
     if ns.bandwidth:
-        from .membw import bandwidth_matrix, render_matrix
+        from numabench.tools.host_bandwidth import bandwidth_matrix, render_matrix
 
         matrix = bandwidth_matrix(topo, caps)
-        from .gpubw import gpu_bandwidth_matrix, render_gpu_matrix
+        from numabench.tools.gpu_bandwidth import gpu_bandwidth_matrix, render_gpu_matrix
 
         gpu_matrix = gpu_bandwidth_matrix(topo, caps)  # None without GPUs
     if ns.json:
@@ -43,7 +43,7 @@ def cmd_topo(ns: argparse.Namespace) -> int:
 
 
 def cmd_build(ns: argparse.Namespace) -> int:
-    from .kernels import prebuild
+    from numabench.kernels import prebuild
 
     failed = 0
     for name, status in prebuild.build_all(ns.kernels or None):
@@ -53,7 +53,7 @@ def cmd_build(ns: argparse.Namespace) -> int:
 
 
 def cmd_csv(ns: argparse.Namespace) -> int:
-    from .seedcsv import run_json_to_csv
+    from numabench.results.seed_csv import run_json_to_csv
 
     sys.stdout.write(run_json_to_csv(ns.run_json, weighted=True if ns.weighted else None, dtype=ns.dtype,
                                      impl=ns.impl, schedule=ns.schedule))
@@ -61,7 +61,7 @@ def cmd_csv(ns: argparse.Namespace) -> int:
 
 
 def cmd_import_csv(ns: argparse.Namespace) -> int:
-    from .csvimport import import_csv
+    from numabench.results.csv_import import import_csv
 
     run = import_csv(ns.csv_file, gpus=ns.gpu, dtype=ns.dtype, impl=ns.impl, schedule=ns.schedule, alloc=ns.alloc,
                      cpu_model=ns.cpu, numa_nodes=ns.numa_nodes, hardware_key=ns.hardware_key)
@@ -80,8 +80,8 @@ def cmd_import_csv(ns: argparse.Namespace) -> int:
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
-    from .report import build_report
-    from .tables import parse_where
+    from numabench.results.report import build_report
+    from numabench.results.tables import parse_where
 
     rep = build_report(ns.run_json, ns.out, family=ns.family, where=parse_where(ns.where), plots=not ns.no_plots)
     sys.stdout.write(rep.markdown if ns.markdown else rep.text)
@@ -91,7 +91,7 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    from .compare import compare_runs, render
+    from numabench.results.compare import compare_runs, render
 
     res = compare_runs(ns.old, ns.new, threshold=ns.threshold, allow_foreign=ns.allow_foreign)
     print(render(res, show="changed" if ns.changed_only else "all"))
@@ -99,8 +99,8 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
 
 def cmd_ab(ns: argparse.Namespace) -> int:
-    from .ab import parse_env, render, run_ab
-    from .compare import parse_threshold
+    from numabench.results.ab import parse_env, render, run_ab
+    from numabench.results.compare import parse_threshold
 
     res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
                  threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence,
@@ -111,7 +111,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
 
 
 def cmd_merge(ns: argparse.Namespace) -> int:
-    from .merge import merge_runs, write_run
+    from numabench.results.merge import merge_runs, write_run
 
     res = merge_runs(ns.runs, allow_foreign=ns.allow_foreign, require_data=not ns.allow_no_data,
                      replace=ns.replace)

@@ -20,7 +20,7 @@ builds a kernel before the workers start). Without ``:rankN`` a fault hits
 every rank. With ``NUMABENCH_FAULT_ONCE=PATH`` a fault fires once per PATH
 (the first process to create the file), so the cases after it run normally. Worker faults fire in numabench.workers.main, whatever the family;
 each first prints one line naming itself on the worker's stderr, so the
-parent's error carries it in the stderr tail. The parent (numabench.runner)
+parent's error carries it in the stderr tail. The parent (numabench.workers.run)
 parses the variable before it starts any worker: a malformed value is a usage
 error naming it.
 """
@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import UsageError
+from numabench.errors import UsageError
 
 FAULT_ENV = "NUMABENCH_FAULT"
 WORKER_KINDS = ("kill", "raise", "hang", "oom", "exit")

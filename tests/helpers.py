@@ -1,7 +1,7 @@
 """Shared test helpers (imported by test modules; tests/ is on sys.path under pytest)."""
 from __future__ import annotations
 
-from numabench.capabilities import Capabilities
+from numabench.machine.capabilities import Capabilities
 
 
 def fake_caps(**kw) -> Capabilities:

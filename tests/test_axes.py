@@ -7,14 +7,13 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-
-from numabench.axes import default_policies
-from numabench.capabilities import Capabilities
-from numabench.cases import Case, Family, format_size
-from numabench.policy import Policy
-from numabench.topology import Topology, discover
-
 from helpers import fake_caps
+
+from numabench.cases import Case, default_policies, format_size
+from numabench.families.base import Family
+from numabench.machine.capabilities import Capabilities
+from numabench.machine.topology import Topology, discover
+from numabench.numa.policy import Policy
 
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
 
@@ -210,10 +209,10 @@ def test_ranks_cpu_family():
 
 def test_host_memory_override_lets_a_big_case_run():
     """VMs whose MemTotal grows with use: --numa-host-memory replaces MemTotal in the check."""
-    from numabench.families import family_module
+    from numabench.families import family
 
     t = topo("vm-1node")
-    fam = family_module("touch").FAMILY
+    fam = family("touch")
     case = Case("touch", 1, 4_000_000_000, Policy.parse("default"), "fp32")
     assert "MemTotal reads" in fam.skip_reason(case, t, caps())
     assert fam.skip_reason(case, t, caps(), host_memory_bytes=64 * 2**30) is None

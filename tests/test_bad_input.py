@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 import fixtures.plugin as plugin
-from numabench.capabilities import probe
 from numabench.cases import Case
 from numabench.errors import UsageError
-from numabench.families import family_module
-from numabench.policy import Policy
-from numabench.topology import discover
-from numabench.weights import WeightSetting, read_weights
+from numabench.families import family
+from numabench.machine.capabilities import probe
+from numabench.machine.topology import discover
+from numabench.numa.policy import Policy
+from numabench.numa.weights import WeightSetting, read_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = ROOT / "tests" / "data" / "machines"
@@ -173,7 +173,7 @@ def test_weights_write_as_non_root_fails_in_one_line_and_changes_nothing(request
 
 
 def test_nprocess_beyond_gpus_is_a_skip_with_the_reason():
-    fam = family_module("adam_offload").FAMILY
+    fam = family("adam_offload")
     topo = discover(MACHINES / "h200x2-vm")
     case = Case("adam_offload", 4, 1 << 20, Policy.parse("default"), "fp32",
                 tuple((k, v[0]) for k, v in fam.extra_axes.items()))

@@ -1,4 +1,4 @@
-"""numabench.capabilities: numactl probing with fake numactl scripts, and the live kernel probe."""
+"""numabench.machine.capabilities: numactl probing with fake numactl scripts, and the live kernel probe."""
 from __future__ import annotations
 
 import os
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from numabench.capabilities import Capabilities, numactl_accepts, numactl_version, probe
-from numabench.topology import kernel_version_tuple
-from numabench.weights import WEIGHTS_DIR
+from numabench.machine.capabilities import Capabilities, numactl_accepts, numactl_version, probe
+from numabench.machine.topology import kernel_version_tuple
+from numabench.numa.weights import WEIGHTS_DIR
 
 USAGE = """usage: numactl [--all | -a] [--balancing | -b] [--interleave= | -i <nodes>]
 \t\t[--preferred= | -p <node>] [--preferred-many= | -P <nodes>]

@@ -10,10 +10,22 @@ from pathlib import Path
 import pytest
 
 from numabench.cli import main
-from numabench.compare import (FASTER, NO_BASELINE, SAME, SLOWER, Band, ForeignHardwareError, compare_runs, confirm,
-                               judge, judge_entry, parse_threshold, render)
-from numabench.invocations import INVOCATION_MEDIANS
 from numabench.errors import UsageError
+from numabench.results.compare import (
+    FASTER,
+    NO_BASELINE,
+    SAME,
+    SLOWER,
+    Band,
+    ForeignHardwareError,
+    compare_runs,
+    confirm,
+    judge,
+    judge_entry,
+    parse_threshold,
+    render,
+)
+from numabench.results.invocations import INVOCATION_MEDIANS
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from numabench.storage import LockedFileStorage, publish
+from numabench.results.storage import LockedFileStorage, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = "Linux-CPython-test-64bit"
@@ -72,7 +72,7 @@ def test_save_skips_a_number_taken_meanwhile(tmp_path, monkeypatch):
         calls.append(path)
         return real(path, data)
 
-    monkeypatch.setattr("numabench.storage.publish", racing)
+    monkeypatch.setattr("numabench.results.storage.publish", racing)
     out = storage.save({"benchmarks": [], "mine": True}, "run")
     assert out.name == "0002_run.json"
     assert json.loads((tmp_path / MACHINE / "0001_run.json").read_text())["other"] is True

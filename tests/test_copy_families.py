@@ -12,15 +12,13 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-
-from numabench.axes import default_policies
-from numabench.capabilities import Capabilities
-from numabench.cases import Case
-from numabench.families import family_module
-from numabench.policy import Policy
-from numabench.topology import Topology, discover
-
 from helpers import fake_caps
+
+from numabench.cases import Case, default_policies
+from numabench.families import family
+from numabench.machine.capabilities import Capabilities
+from numabench.machine.topology import Topology, discover
+from numabench.numa.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = ROOT / "tests" / "data" / "machines"
@@ -38,7 +36,7 @@ def caps(**kw) -> Capabilities:
 
 def default_cases(key: str, t: Topology) -> list[Case]:
     """The default matrix as fixtures/parametrize.family_cases builds it."""
-    fam = family_module(key).FAMILY
+    fam = family(key)
     nps = sorted({1, max(1, len(t.gpus))}) if fam.rank_kind == "gpu" else [1]
     extras: list[tuple] = [()]
     for axis, values in fam.axis_values().items():
@@ -48,7 +46,7 @@ def default_cases(key: str, t: Topology) -> list[Case]:
 
 
 def runnable_worker_runs(key: str, t: Topology, c: Capabilities) -> set:
-    fam = family_module(key).FAMILY
+    fam = family(key)
     runs = set()
     for case in default_cases(key, t):
         if fam.skip_reason(case, t, c) is None:
@@ -65,13 +63,10 @@ def runnable_worker_runs(key: str, t: Topology, c: Capabilities) -> set:
     ("broadcast", ("broadcast",), "method", ("pageable", "pinned", "pipelined", "relay")),
 ])
 def test_family_shape(key, phases, axis, values):
-    mod = family_module(key)
-    fam = mod.FAMILY
+    fam = family(key)
     assert fam.key == key and fam.needs_gpu and fam.phases == phases
     assert fam.extra_axes == {axis: values} and fam.worker_axes == (axis,)
-    assert callable(mod.metrics) and fam.description
-    from numabench.workers.main import FAMILY_MODULES
-    assert FAMILY_MODULES[key] == f"numabench.workers.{key}"
+    assert callable(fam.metrics) and fam.description
 
 
 @pytest.mark.parametrize("key, extra, expected", [
@@ -84,7 +79,7 @@ def test_case_ids(key, extra, expected):
 
 
 def test_adam_offload_alloc_axis_is_a_case_axis_not_a_worker_axis():
-    fam = family_module("adam_offload").FAMILY
+    fam = family("adam_offload")
     assert list(fam.extra_axes) == ["impl", "schedule", "alloc"]
     assert fam.extra_axes["alloc"] == ("register", "torch")  # the default first
     assert "alloc" not in fam.worker_axes
@@ -103,7 +98,7 @@ def test_adam_offload_alloc_axis_is_a_case_axis_not_a_worker_axis():
 
 def test_adam_offload_worker_reads_alloc_from_its_variants():
     pytest.importorskip("torch")
-    from numabench.workers.adam_offload import Worker
+    from numabench.families.adam_offload.worker import Worker
 
     base = {"rank": 0, "gpu": 0, "numel": 1 << 20, "dtype": "fp32"}
     v = [{"impl": "ours", "schedule": s, "alloc": "torch"} for s in ("serial", "overlap")]
@@ -118,7 +113,7 @@ def test_adam_offload_worker_reads_alloc_from_its_variants():
 @pytest.mark.parametrize("key", COPY_FAMILIES)
 def test_no_gpu_machine_skips_with_one_reason(key):
     t = topo("vm-1node")
-    fam = family_module(key).FAMILY
+    fam = family(key)
     reasons = {fam.skip_reason(c, t, caps()) for c in default_cases(key, t)}
     assert reasons == {f"{key} needs a CUDA GPU; none is visible (no NVIDIA driver or CUDA_VISIBLE_DEVICES empty)"}
 
@@ -127,7 +122,7 @@ def test_no_gpu_machine_skips_with_one_reason(key):
 @pytest.mark.parametrize("key", COPY_FAMILIES)
 def test_gpu_machines_run_the_one_node_policies(tree, key):
     t = topo(tree)
-    fam = family_module(key).FAMILY
+    fam = family(key)
     for c in default_cases(key, t):
         if c.nprocess == 1 and c.policy.id in ("default", "local", "bind:0", "interleave:all"):
             assert fam.skip_reason(c, t, caps()) is None, c.id
@@ -135,7 +130,7 @@ def test_gpu_machines_run_the_one_node_policies(tree, key):
 
 def test_h200x2_second_node_templates_skip_with_the_node_reason():
     t = topo("h200x2-vm")
-    fam = family_module("transfer").FAMILY
+    fam = family("transfer")
     c = Case("transfer", 2, 16 * 2**20, Policy.parse("bind:1"), "fp32", (("memory", "pinned"),))
     assert "needs NUMA node(s) 1 with memory" in fam.skip_reason(c, t, caps())
 
@@ -146,12 +141,12 @@ def test_transfer_and_pinned_alloc_use_every_gpu_at_once():
         nps = {c.nprocess for c in default_cases(key, t)}
         assert nps == {1, 8}
         c = Case(key, 8, 256 * 2**20, Policy.parse("interleave:0,1"), "fp32",
-                 ((family_module(key).FAMILY.worker_axes[0], "pinned" if key == "transfer" else "torch"),))
-        assert family_module(key).FAMILY.skip_reason(c, t, caps()) is None
+                 ((family(key).worker_axes[0], "pinned" if key == "transfer" else "torch"),))
+        assert family(key).skip_reason(c, t, caps()) is None
 
 
 def test_broadcast_is_one_process_driving_every_gpu():
-    fam = family_module("broadcast").FAMILY
+    fam = family("broadcast")
     t = topo("dgx-2socket-8gpu")
     assert {c.nprocess for c in default_cases("broadcast", t)} == {1}
     c = Case("broadcast", 1, 256 * 2**20, Policy.parse("bind:1"), "fp32", (("method", "pinned"),))
@@ -163,7 +158,7 @@ def test_broadcast_is_one_process_driving_every_gpu():
 
 
 def test_broadcast_needs_two_gpus():
-    fam = family_module("broadcast").FAMILY
+    fam = family("broadcast")
     h200 = topo("h200x2-vm")
     one_gpu = replace(h200, gpus=h200.gpus[:1])
     c = Case("broadcast", 1, 16 * 2**20, Policy.parse("default"), "fp32", (("method", "pageable"),))
@@ -184,7 +179,7 @@ def test_default_matrix_on_8_gpus_stays_small(key, most):
 # -- metrics from a made-up result -------------------------------------------------------------
 
 def fake_result(key, case, phases, infos):
-    from numabench.runner import CaseResult
+    from numabench.cases import CaseResult
 
     per_rank = [{ph: list(v) for ph, v in phases.items()} for _ in infos]
     return CaseResult(case=case, phases=phases, per_rank=per_rank, setup_info=infos, placement=[],
@@ -192,7 +187,7 @@ def fake_result(key, case, phases, infos):
 
 
 def test_transfer_metrics_count_both_directions_and_aggregate():
-    mod = family_module("transfer")
+    mod = family("transfer")
     case = Case("transfer", 2, 2 * 10**9 // 4, Policy.parse("default"), "fp32", (("memory", "pinned"),))
     res = fake_result("transfer", case, {"h2d": [0.02] * 3, "d2h": [0.02] * 3, "bidir": [0.025] * 3},
                       [{"device_name": "X"}] * 2)
@@ -204,7 +199,7 @@ def test_transfer_metrics_count_both_directions_and_aggregate():
 
 
 def test_pinned_alloc_metrics_report_waste_and_policy():
-    mod = family_module("pinned_alloc")
+    mod = family("pinned_alloc")
     case = Case("pinned_alloc", 1, 67895296, Policy.parse("bind:0"), "fp32", (("allocator", "torch"),))
     entry = {"requested_bytes": 271581184, "reserved_bytes": 2**29, "resident_bytes": 2**29,
              "torch_host_stats_bytes": 2**29, "placement": {}, "honours_policy": False,
@@ -220,7 +215,7 @@ def test_pinned_alloc_metrics_report_waste_and_policy():
 
 
 def test_broadcast_metrics():
-    mod = family_module("broadcast")
+    mod = family("broadcast")
     case = Case("broadcast", 1, 250_000_000, Policy.parse("default"), "fp32", (("method", "relay"),))
     info = {"bytes": 10**9, "ngpus": 8, "chunk_bytes": 2**24, "peer_access": [True] * 7, "checksum": 1,
             "devices": ["H100"] * 8}
@@ -232,7 +227,8 @@ def test_broadcast_metrics():
 
 def test_worker_constructors_reject_unknown_values():
     pytest.importorskip("torch")
-    from numabench.workers import broadcast, transfer
+    from numabench.families.broadcast import worker as broadcast
+    from numabench.families.transfer import worker as transfer
 
     with pytest.raises(ValueError, match="unknown memory"):
         transfer.Worker({"rank": 0, "gpu": 0, "numel": 8, "dtype": "fp32", "variants": [{"memory": "x"}]})
@@ -242,7 +238,7 @@ def test_worker_constructors_reject_unknown_values():
 
 def test_broadcast_checksums_and_chunks(monkeypatch):
     torch = pytest.importorskip("torch")
-    from numabench.workers.broadcast import block_checksums, chunk_bytes
+    from numabench.families.broadcast.worker import block_checksums, chunk_bytes
 
     a = torch.randn(3 * 4096 + 5)
     b = a.clone()
@@ -263,7 +259,7 @@ def test_pinned_alloc_helpers():
     import ctypes
     import mmap
 
-    from numabench.workers.pinned_alloc import empty_host_cache_fn, mapping_of
+    from numabench.families.pinned_alloc.worker import empty_host_cache_fn, mapping_of
 
     buf = mmap.mmap(-1, 1 << 20)
     addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
@@ -274,7 +270,7 @@ def test_pinned_alloc_helpers():
 
 
 def test_gpu_matrix_is_absent_without_gpus_and_renders():
-    from numabench.gpubw import gpu_bandwidth_matrix, render_gpu_matrix
+    from numabench.tools.gpu_bandwidth import gpu_bandwidth_matrix, render_gpu_matrix
 
     assert gpu_bandwidth_matrix(topo("vm-1node"), caps()) is None
     text = render_gpu_matrix({"unit": "GB/s", "h2d": {"0": {"0": 52.1, "1": 51.9}, "1": {"0": 40.0, "1": 39.5}},
@@ -286,7 +282,7 @@ def test_gpu_matrix_is_absent_without_gpus_and_renders():
 # -- the benchmarks on this CPU machine ------------------------------------------------------
 
 def test_benchmarks_skip_every_case_with_one_reason_on_a_cpu_machine():
-    from numabench.gpus import visible_gpus
+    from numabench.machine.gpus import visible_gpus
 
     if visible_gpus():
         pytest.skip("this machine has a GPU: the copy families run here")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from numabench.cli import main
-from numabench.compare import NO_DATA, compare_runs
-from numabench.csvimport import import_csv, policy_from_seed
 from numabench.errors import UsageError
-from numabench.seedcsv import PLAIN, WEIGHTED, run_json_to_csv
+from numabench.results.compare import NO_DATA, compare_runs
+from numabench.results.csv_import import import_csv, policy_from_seed
+from numabench.results.seed_csv import PLAIN, WEIGHTED, run_json_to_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0003_h100-all.json"

@@ -11,15 +11,21 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from numabench import mempolicy  # noqa: E402
-from numabench.capabilities import probe  # noqa: E402
 from numabench.cases import Case  # noqa: E402
-from numabench.datasets import InfiniteSampler, SyntheticImages  # noqa: E402
-from numabench.families import family_module  # noqa: E402
-from numabench.policy import Policy  # noqa: E402
-from numabench.runner import run_case  # noqa: E402
-from numabench.topology import discover  # noqa: E402
-from numabench.workers.dataloader import bind_loader_worker, check_loader_reports  # noqa: E402
+from numabench.families import family  # noqa: E402
+from numabench.families.dataloader.datasets import (
+    InfiniteSampler,
+    SyntheticImages,  # noqa: E402
+)
+from numabench.families.dataloader.worker import (
+    bind_loader_worker,
+    check_loader_reports,  # noqa: E402
+)
+from numabench.machine.capabilities import probe  # noqa: E402
+from numabench.machine.topology import discover  # noqa: E402
+from numabench.numa import mempolicy  # noqa: E402
+from numabench.numa.policy import Policy  # noqa: E402
+from numabench.workers.run import run_case  # noqa: E402
 
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
 
@@ -31,7 +37,7 @@ def topo(name: str):
 TOPO = discover("/")
 CAPS = probe(first_node=(TOPO.memory_node_ids or (0,))[0])
 NODE = (TOPO.cpu_node_ids or (0,))[0]
-FAM = family_module("dataloader").FAMILY
+FAM = family("dataloader")
 
 
 def test_dataset_is_deterministic_and_augmented():
@@ -120,7 +126,7 @@ def test_cpu_case_through_the_runner(binding, monkeypatch):
         assert r["mempolicy_mode"] == mempolicy.MPOL_BIND and r["mempolicy_nodes"] == [NODE]
         if binding == "bound":
             assert r["affinity"] == sorted(TOPO.node(NODE).cpus)
-    m = family_module("dataloader").metrics(res, "batch")
+    m = family("dataloader").metrics(res, "batch")
     assert len(res.phases["batch"]) == 3 and min(res.phases["batch"]) > 0
     assert m["samples_per_s"] > 0 and m["image_side"] == 64
 
@@ -135,7 +141,7 @@ def test_gpu_case_pins_and_copies(binding):
     assert info["pin_memory"] is True and info["device"].startswith("cuda")
     assert all(p.verdict is None or p.verdict.ok for p in res.placement)
     assert min(res.phases["batch"]) > 0 and min(res.phases["h2d"]) > 0
-    m = family_module("dataloader").metrics(res, "batch")
+    m = family("dataloader").metrics(res, "batch")
     assert m["samples_per_s"] > 0 and m["copy_GBps"] > 0
     if binding == "bound":
         own = TOPO.gpu(0).numa_node

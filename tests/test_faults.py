@@ -7,7 +7,6 @@ workers directly (this machine has one NUMA node, so nprocess=2 cases skip)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -17,15 +16,15 @@ import psutil
 import pytest
 
 from numabench import faults
-from numabench.capabilities import probe
 from numabench.cases import Case
 from numabench.errors import UsageError, WorkerError
-from numabench.families import family_module
-from numabench.launch import worker_env
-from numabench.policy import Policy
-from numabench.runner import run_case
-from numabench.topology import discover
+from numabench.families import family
+from numabench.machine.capabilities import probe
+from numabench.machine.topology import discover
+from numabench.numa.launch import worker_env
+from numabench.numa.policy import Policy
 from numabench.workers.group import WorkerGroup
+from numabench.workers.run import run_case
 
 TOPO = discover("/")
 CAPS = probe()
@@ -71,7 +70,7 @@ def assert_all_dead(group: WorkerGroup) -> None:
 
 
 def normal_case_runs() -> None:
-    fam = family_module("touch").FAMILY
+    fam = family("touch")
     case = Case("touch", 1, 1 << 18, Policy.parse(f"bind:{NODE}"), "fp32")
     res = run_case(case, fam, TOPO, CAPS, rounds=3, warmup=1, timeout_s=60)
     assert len(res.phases["write"]) == 3 and res.placement[0].verdict.ok
@@ -117,7 +116,7 @@ def test_worker_that_stops_answering_times_out():
 def test_case_through_launcher_fails_and_next_case_runs(fault, monkeypatch):
     """The real path: run_case re-execs the worker under the policy (numactl or builtin)."""
     monkeypatch.setenv(faults.FAULT_ENV, fault)
-    fam = family_module("touch").FAMILY
+    fam = family("touch")
     case = Case("touch", 1, 1 << 18, Policy.parse(f"bind:{NODE}"), "fp32")
     with pytest.raises(WorkerError, match="^rank 0: ") as info:
         run_case(case, fam, TOPO, CAPS, rounds=3, warmup=1, timeout_s=2)
@@ -130,7 +129,7 @@ def test_workers_die_with_a_parent_killed_without_cleanup(tmp_path):
     """A parent SIGKILLed (no finally, no atexit) leaves no worker: PR_SET_PDEATHSIG."""
     script = textwrap.dedent(f"""
         import json, os, signal, sys
-        from numabench.launch import worker_env
+        from numabench.numa.launch import worker_env
         from numabench.workers.group import WorkerGroup
         cmd = {WORKER!r}
         g = WorkerGroup([cmd, cmd], worker_env({{"NUMABENCH_FAULT": "hang@step1"}}))
@@ -165,7 +164,7 @@ def test_bad_fault_spec_is_a_usage_error_before_any_worker(text, fragment, monke
     monkeypatch.setenv(faults.FAULT_ENV, text)
     case = Case("touch", 1, 1 << 18, Policy.parse(f"bind:{NODE}"), "fp32")
     with pytest.raises(UsageError, match="NUMABENCH_FAULT"):
-        run_case(case, family_module("touch").FAMILY, TOPO, CAPS, rounds=1, warmup=0, timeout_s=30)
+        run_case(case, family("touch"), TOPO, CAPS, rounds=1, warmup=0, timeout_s=30)
 
 
 def test_fault_grammar():
@@ -193,7 +192,7 @@ def test_cuda_oom_in_adam_offload_worker(monkeypatch):
     torch for 1 PiB more on its GPU. The case fails with the error and the rank; the next
     case on the same GPU runs."""
     monkeypatch.setenv(faults.FAULT_ENV, "oom@setup")
-    fam = family_module("adam_offload").FAMILY
+    fam = family("adam_offload")
     case = Case("adam_offload", 1, 1 << 20, Policy.parse("default"), "fp32",
                 tuple((k, v[0]) for k, v in fam.extra_axes.items()))
     with pytest.raises(WorkerError, match="^rank 0: raised OutOfMemoryError: CUDA out of memory") as info:

@@ -14,14 +14,14 @@ METHODS = ("pageable", "pinned", "pipelined", "relay")
 
 
 def make_worker(numel: int):
-    from numabench.workers.broadcast import Worker
+    from numabench.families.broadcast.worker import Worker
 
     w = Worker({"rank": 0, "gpu": None, "numel": numel, "dtype": "fp32", "variants": [{"method": m} for m in METHODS]})
     return w, w.setup()
 
 
 def test_every_method_lands_the_source_on_every_gpu(monkeypatch):
-    from numabench.workers.broadcast import block_checksums
+    from numabench.families.broadcast.worker import block_checksums
 
     monkeypatch.setenv("NUMABENCH_BCAST_CHUNK_BYTES", str(1 << 20))  # many chunks and a ragged tail
     numel = 5 * (1 << 20) + 12345
@@ -56,19 +56,19 @@ def test_pinned_beats_pageable_at_256_mib():
 
 
 def test_through_the_runner():
-    from numabench.capabilities import probe
     from numabench.cases import Case
-    from numabench.families import family_module
-    from numabench.policy import Policy
-    from numabench.runner import run_variants
-    from numabench.topology import discover
+    from numabench.families import family
+    from numabench.machine.capabilities import probe
+    from numabench.machine.topology import discover
+    from numabench.numa.policy import Policy
+    from numabench.workers.run import run_variants
 
     topo = discover("/")
     caps = probe(first_node=(topo.memory_node_ids or (0,))[0])
-    mod = family_module("broadcast")
+    mod = family("broadcast")
     case = Case("broadcast", 1, 4 * 2**20, Policy.parse("default"), "fp32", (("method", "pageable"),))
-    assert mod.FAMILY.skip_reason(case, topo, caps) is None
-    results = run_variants(case, [(("method", m),) for m in METHODS], mod.FAMILY, topo, caps, rounds=3, warmup=1)
+    assert mod.skip_reason(case, topo, caps) is None
+    results = run_variants(case, [(("method", m),) for m in METHODS], mod, topo, caps, rounds=3, warmup=1)
     for res in results:
         assert all(p.verdict is None or p.verdict.ok for p in res.placement)
         m = mod.metrics(res, "broadcast")

@@ -44,7 +44,7 @@ def interleaved(make, variant: dict) -> dict[str, float]:
 
 @pytest.mark.parametrize("schedule", ["serial", "overlap"])
 def test_adam_offload_phases_take_the_factor_longer(schedule):
-    from numabench.workers.adam_offload import Worker
+    from numabench.families.adam_offload.worker import Worker
 
     def make():
         w = Worker({"rank": 0, "gpu": 0, "numel": 16 << 20, "dtype": "fp32",
@@ -61,7 +61,7 @@ def test_adam_offload_phases_take_the_factor_longer(schedule):
 
 
 def test_transfer_phases_take_the_factor_longer():
-    from numabench.workers.transfer import Worker
+    from numabench.families.transfer.worker import Worker
 
     def make():
         w = Worker({"rank": 0, "gpu": 0, "numel": 16 << 20, "dtype": "fp32", "variants": [{"memory": "pinned"}]})

@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.gpu,
 
 
 def make_worker(numel: int, dtype: str, impls=("ours", "torch")):
-    from numabench.workers.adam_offload import Worker
+    from numabench.families.adam_offload.worker import Worker
 
     variants = [{"impl": i, "schedule": s} for i in impls for s in ("serial", "overlap")]
     w = Worker({"rank": 0, "gpu": 0, "numel": numel, "dtype": dtype, "variants": variants,

@@ -12,7 +12,7 @@ ALLOCATORS = ("register", "torch", "cudahostalloc")
 
 
 def make_worker(numel: int, policy: str = "default", cpu_node=None):
-    from numabench.workers.pinned_alloc import Worker
+    from numabench.families.pinned_alloc.worker import Worker
 
     w = Worker({"rank": 0, "gpu": 0, "numel": numel, "dtype": "fp32", "itemsize": 4, "policy": policy,
                 "cpu_node": cpu_node, "variants": [{"allocator": a} for a in ALLOCATORS]})
@@ -43,7 +43,7 @@ def test_requested_vs_reserved():
 
 
 def test_rounds_allocate_touch_and_free():
-    from numabench.workers.pinned_alloc import torch_host_allocated_bytes
+    from numabench.families.pinned_alloc.worker import torch_host_allocated_bytes
 
     w, _ = make_worker(2_000_000)
     try:
@@ -62,19 +62,19 @@ def test_rounds_allocate_touch_and_free():
 def test_through_the_runner_with_a_bound_policy():
     """bind:<first node> through numactl: register's placement is checked (the case fails on a
     miss); torch's and cudaHostAlloc's are reported as honours_policy true/false."""
-    from numabench.capabilities import probe
     from numabench.cases import Case
-    from numabench.families import family_module
-    from numabench.policy import Policy
-    from numabench.runner import run_variants
-    from numabench.topology import discover
+    from numabench.families import family
+    from numabench.machine.capabilities import probe
+    from numabench.machine.topology import discover
+    from numabench.numa.policy import Policy
+    from numabench.workers.run import run_variants
 
     topo = discover("/")
     caps = probe(first_node=(topo.memory_node_ids or (0,))[0])
-    mod = family_module("pinned_alloc")
+    mod = family("pinned_alloc")
     node = topo.memory_node_ids[0]
     case = Case("pinned_alloc", 1, 1835008, Policy.parse(f"bind:{node}"), "fp32", (("allocator", "register"),))
-    results = run_variants(case, [(("allocator", a),) for a in ALLOCATORS], mod.FAMILY, topo, caps,
+    results = run_variants(case, [(("allocator", a),) for a in ALLOCATORS], mod, topo, caps,
                            rounds=3, warmup=1)
     for res in results:
         assert all(p.verdict is None or p.verdict.ok for p in res.placement)

@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.gpu,
 
 
 def make_worker(numel=3 * (1 << 20) + 7, kinds=("pinned", "pageable"), gpu=0):
-    from numabench.workers.transfer import Worker
+    from numabench.families.transfer.worker import Worker
 
     w = Worker({"rank": 0, "gpu": gpu, "numel": numel, "dtype": "fp32", "variants": [{"memory": k} for k in kinds]})
     return w, w.setup()
@@ -51,21 +51,21 @@ def test_pinned_beats_pageable_on_big_copies():
 
 def test_every_gpu_at_once_through_the_runner():
     """The family end to end: one worker per GPU under the policy, placement checked, metrics."""
-    from numabench.capabilities import probe
     from numabench.cases import Case
-    from numabench.families import family_module
-    from numabench.policy import Policy
-    from numabench.runner import run_variants
-    from numabench.topology import discover
+    from numabench.families import family
+    from numabench.machine.capabilities import probe
+    from numabench.machine.topology import discover
+    from numabench.numa.policy import Policy
+    from numabench.workers.run import run_variants
 
     topo = discover("/")
     caps = probe(first_node=(topo.memory_node_ids or (0,))[0])
-    mod = family_module("transfer")
+    mod = family("transfer")
     n = len(topo.gpus)
     node = topo.memory_node_ids[0]
     case = Case("transfer", n, n * 4 * 2**20, Policy.parse(f"bind:{node}"), "fp32", (("memory", "pinned"),))
-    assert mod.FAMILY.skip_reason(case, topo, caps) is None
-    results = run_variants(case, [(("memory", "pinned"),), (("memory", "pageable"),)], mod.FAMILY, topo, caps,
+    assert mod.skip_reason(case, topo, caps) is None
+    results = run_variants(case, [(("memory", "pinned"),), (("memory", "pageable"),)], mod, topo, caps,
                            rounds=3, warmup=1)
     for res in results:
         assert all(p.verdict is None or p.verdict.ok for p in res.placement)
@@ -77,9 +77,9 @@ def test_every_gpu_at_once_through_the_runner():
 
 
 def test_node_by_gpu_matrix():
-    from numabench.capabilities import probe
-    from numabench.gpubw import gpu_bandwidth_matrix, render_gpu_matrix
-    from numabench.topology import discover
+    from numabench.machine.capabilities import probe
+    from numabench.machine.topology import discover
+    from numabench.tools.gpu_bandwidth import gpu_bandwidth_matrix, render_gpu_matrix
 
     topo = discover("/")
     caps = probe(first_node=(topo.memory_node_ids or (0,))[0])

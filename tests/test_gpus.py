@@ -1,9 +1,9 @@
-"""numabench.gpus: bus id normalisation and CUDA_VISIBLE_DEVICES applied to NVML's order."""
+"""numabench.machine.gpus: bus id normalisation and CUDA_VISIBLE_DEVICES applied to NVML's order."""
 from __future__ import annotations
 
 import pytest
 
-from numabench.gpus import _visible_from_nvml, normalize_bus_id
+from numabench.machine.gpus import _visible_from_nvml, normalize_bus_id
 
 
 @pytest.mark.parametrize("raw, expected", [

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from numabench.capabilities import probe
-from numabench.weights import auto_mode_file, read_weights
+from numabench.machine.capabilities import probe
+from numabench.numa.weights import auto_mode_file, read_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPS = probe()

@@ -1,4 +1,4 @@
-"""numabench.launch.build_command: numactl vs the built-in launcher, with fake capabilities."""
+"""numabench.numa.launch.build_command: numactl vs the built-in launcher, with fake capabilities."""
 from __future__ import annotations
 
 import sys
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from numabench.capabilities import Capabilities
 from numabench.errors import UsageError
-from numabench.launch import build_command, choose_launcher, main, numactl_flags
-from numabench.policy import Policy
-from numabench.topology import Topology, discover
+from numabench.machine.capabilities import Capabilities
+from numabench.machine.topology import Topology, discover
+from numabench.numa.launch import build_command, choose_launcher, main, numactl_flags
+from numabench.numa.policy import Policy
 
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
 ARGV = ["python3", "-m", "worker", "--rank", "0"]
@@ -77,7 +77,7 @@ def test_numactl_2016_expresses_all_but_weighted(policy):
 def test_weighted_falls_back_to_builtin(capabilities):
     cmd, how = build_command(ARGV, Policy.parse("weighted:0=1,3=3"), topo("cxl-3node"), capabilities, cpu_node=0)
     assert how == "builtin"
-    assert cmd == [sys.executable, "-m", "numabench.launch", "--policy", "weighted:0=1,3=3", "--cpus", CXL_CPUS_0,
+    assert cmd == [sys.executable, "-m", "numabench.numa.launch", "--policy", "weighted:0=1,3=3", "--cpus", CXL_CPUS_0,
                    "--", *ARGV]
 
 
@@ -89,7 +89,7 @@ def test_builtin_cpus_are_the_cpu_nodes():
 
 def test_builtin_without_cpu_node():
     cmd, how = build_command(ARGV, Policy.parse("bind:0"), topo("vm-1node"), NO_NUMACTL)
-    assert (cmd, how) == ([sys.executable, "-m", "numabench.launch", "--policy", "bind:0", "--", *ARGV], "builtin")
+    assert (cmd, how) == ([sys.executable, "-m", "numabench.numa.launch", "--policy", "bind:0", "--", *ARGV], "builtin")
 
 
 def test_preferred_many_without_numactl_support_uses_builtin():
@@ -150,4 +150,4 @@ def test_resolved_local_builds():
 def test_launcher_main_refuses_before_exec(args, message, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("numabench.launch: ") and message in err
+    assert err.startswith("numabench.numa.launch: ") and message in err

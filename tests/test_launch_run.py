@@ -8,20 +8,20 @@ import sys
 
 import pytest
 
-from numabench.capabilities import probe
 from numabench.cases import Case
 from numabench.errors import PlacementError
-from numabench.families import family_module
-from numabench.launch import build_command, worker_env
-from numabench.placement import Expectation, PlacementReport, compare
-from numabench.policy import Policy
-from numabench.runner import run_case
-from numabench.topology import discover
+from numabench.families import family
+from numabench.machine.capabilities import probe
+from numabench.machine.topology import discover
+from numabench.numa.launch import build_command, worker_env
+from numabench.numa.placement import Expectation, PlacementReport, compare
+from numabench.numa.policy import Policy
+from numabench.workers.run import run_case
 
 CHILD = r"""
 import ctypes, json, mmap
-from numabench.mempolicy import get_mempolicy
-from numabench.placement import numa_maps_report, pages_report
+from numabench.numa.mempolicy import get_mempolicy
+from numabench.numa.placement import numa_maps_report, pages_report
 n = 64 * 2**20
 buf = mmap.mmap(-1, n)
 addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
@@ -60,7 +60,7 @@ def test_child_runs_under_policy_and_pages_land(text, mode, launcher):
 
 
 def test_builtin_launcher_rejects_bad_policy_with_one_line():
-    out = subprocess.run([sys.executable, "-m", "numabench.launch", "--policy", "weighted:0=0", "--", "true"],
+    out = subprocess.run([sys.executable, "-m", "numabench.numa.launch", "--policy", "weighted:0=0", "--", "true"],
                          capture_output=True, text=True, env=worker_env())
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0
@@ -77,7 +77,7 @@ def test_placement_check_can_fail():
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_touch_case_through_the_whole_machinery(launcher):
-    fam = family_module("touch").FAMILY
+    fam = family("touch")
     case = Case("touch", 1, 16 * 2**20, Policy.parse(f"bind:{NODE}"), "fp32")
     res = run_case(case, fam, TOPO, CAPS, rounds=3, warmup=1, launcher=launcher, timeout_s=120)
     assert res.launcher == launcher
@@ -89,7 +89,7 @@ def test_touch_case_through_the_whole_machinery(launcher):
 
 def test_wrong_promise_fails_the_case(monkeypatch):
     """If the policy's promise is not met the case raises before any timing."""
-    fam = family_module("touch").FAMILY
+    fam = family("touch")
     case = Case("touch", 1, 4 * 2**20, Policy.parse(f"bind:{NODE}"), "fp32")
     monkeypatch.setattr(Policy, "expectation", lambda self, cpu_node=None: Expectation(within=(NODE + 7,)))
     with pytest.raises(PlacementError, match="off by 100.00 percentage points"):

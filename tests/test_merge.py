@@ -7,8 +7,8 @@ import pytest
 
 from numabench.cli import main
 from numabench.errors import UsageError
-from numabench.invocations import INVOCATION_SOURCES, invocation_medians
-from numabench.merge import merge_runs, write_run
+from numabench.results.invocations import INVOCATION_SOURCES, invocation_medians
+from numabench.results.merge import merge_runs, write_run
 
 
 def _run(key: str, names: list[str], value: float, data: bool = True) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from numabench.overlap_probe import Schedule, parse_schedules
+from numabench.tools.overlap_probe import Schedule, parse_schedules
 
 
 def test_schedules_parse_with_the_default_chunk():

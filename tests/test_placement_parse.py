@@ -1,4 +1,4 @@
-"""numabench.placement: numa_maps parsing, reports, and verdicts (no real memory placed)."""
+"""numabench.numa.placement: numa_maps parsing, reports, and verdicts (no real memory placed)."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,15 @@ import json
 import pytest
 
 from numabench.errors import PlacementError
-from numabench.placement import (Expectation, PlacementReport, compare, numa_maps_report, parse_numa_maps,
-                                 parse_numa_maps_line, require)
+from numabench.numa.placement import (
+    Expectation,
+    PlacementReport,
+    compare,
+    numa_maps_report,
+    parse_numa_maps,
+    parse_numa_maps_line,
+    require,
+)
 
 MIB = 2**20
 

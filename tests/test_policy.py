@@ -1,4 +1,4 @@
-"""numabench.policy: grammar, names, errors, and checks against recorded machines."""
+"""numabench.numa.policy: grammar, names, errors, and checks against recorded machines."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from numabench import mempolicy
 from numabench.errors import PolicyError, UsageError
-from numabench.placement import Expectation
-from numabench.policy import KINDS, Policy, parse_policies
-from numabench.topology import Topology, discover
+from numabench.machine.topology import Topology, discover
+from numabench.numa import mempolicy
+from numabench.numa.placement import Expectation
+from numabench.numa.policy import KINDS, Policy, parse_policies
 
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
 

@@ -103,8 +103,8 @@ def test_no_baseline_is_an_error_before_anything_runs(tmp_path):
 def test_no_baseline_for_this_hardware_key_names_the_keys(tmp_path):
     """The default storage layout, baselines/<hardware key>/: the error names this key and those
     that have baselines."""
-    from numabench.hwkey import hardware_key
-    from numabench.topology import discover
+    from numabench.machine.hwkey import hardware_key
+    from numabench.machine.topology import discover
 
     root = tmp_path / "baselines"
     other = root / "H200x2_other_1node_cuda13" / "Linux-CPython-3.12-64bit"

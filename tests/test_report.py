@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from numabench.cli import main
-from numabench.report import build_report
-from numabench.tables import entries, format_ms, grouped_tables, parse_where
 from numabench.errors import UsageError
+from numabench.results.report import build_report
+from numabench.results.tables import entries, format_ms, grouped_tables, parse_where
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0003_h100-all.json"

@@ -1,4 +1,4 @@
-"""numabench.topology.discover against recorded trees (tests/data/machines) and the live machine."""
+"""numabench.machine.topology.discover against recorded trees (tests/data/machines) and the live machine."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from numabench.nodelist import parse_list
-from numabench.topology import Topology, discover, kernel_version_tuple
+from numabench.machine.nodelist import parse_list
+from numabench.machine.topology import Topology, discover, kernel_version_tuple
 
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
 TREES = sorted(p.name for p in MACHINES.iterdir() if p.is_dir())
@@ -112,13 +112,13 @@ def test_gpu_names_and_memory_from_gpus_json():
 
 
 def test_explicit_gpus_override_gpus_json():
-    from numabench.gpus import GpuInfo
+    from numabench.machine.gpus import GpuInfo
     t = discover(MACHINES / "dgx-2socket-8gpu", gpus=[GpuInfo(0, "0000:db:00.0", "x", 1)])
     assert [(g.index, g.pci_bus_id, g.numa_node) for g in t.gpus] == [(0, "0000:db:00.0", 1)]
 
 
 def test_gpu_without_numa_node_file_is_unknown_on_two_nodes():
-    from numabench.gpus import GpuInfo
+    from numabench.machine.gpus import GpuInfo
     t = discover(MACHINES / "dgx-2socket-8gpu", gpus=[GpuInfo(0, "0000:ee:00.0")])
     assert (t.gpus[0].numa_node, t.gpus[0].numa_node_source) == (None, "unknown")
 

@@ -13,21 +13,29 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from numabench.capabilities import probe  # noqa: E402
 from numabench.cases import Case  # noqa: E402
-from numabench.families import family_module  # noqa: E402
-from numabench.models import build_model, count_params, lm_loss  # noqa: E402
-from numabench.policy import Policy  # noqa: E402
-from numabench.runner import run_case  # noqa: E402
-from numabench.topology import discover  # noqa: E402
-from numabench.workers.train_step import Trainer, rank_threads  # noqa: E402
+from numabench.families import family  # noqa: E402
+from numabench.families.base import WorkerSpec  # noqa: E402
+from numabench.families.train_step.model import (
+    build_model,
+    count_params,
+    lm_loss,  # noqa: E402
+)
+from numabench.families.train_step.worker import (
+    Trainer,
+    rank_threads,  # noqa: E402
+)
+from numabench.machine.capabilities import probe  # noqa: E402
+from numabench.machine.topology import discover  # noqa: E402
+from numabench.numa.policy import Policy  # noqa: E402
+from numabench.workers.run import run_case  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
 TOPO = discover("/")
 CAPS = probe(first_node=(TOPO.memory_node_ids or (0,))[0])
-FAM_MOD = family_module("train_step")
-FAM = FAM_MOD.FAMILY
+FAM_MOD = family("train_step")
+FAM = FAM_MOD
 
 
 @lru_cache(maxsize=None)
@@ -108,12 +116,12 @@ def test_two_ranks_over_gloo(mode):
     ({"cpus": list(range(32)), "cpu_share": 2}, {"NUMABENCH_RANK_THREADS": "0"}, None),
 ])
 def test_rank_threads_split_a_nodes_cpus_among_its_ranks(spec, env, want):
-    assert rank_threads(spec, env) == want
+    assert rank_threads(WorkerSpec.from_dict({"numel": 2, **spec}), env) == want
 
 
 def test_rank_threads_rejects_a_bad_override():
     with pytest.raises(ValueError, match="NUMABENCH_RANK_THREADS='four': allowed a whole number"):
-        rank_threads({"cpus": [0]}, {"NUMABENCH_RANK_THREADS": "four"})
+        rank_threads(WorkerSpec(numel=2, cpus=(0,)), {"NUMABENCH_RANK_THREADS": "four"})
 
 
 def test_cpu_only_skips_say_why():
@@ -135,7 +143,7 @@ def test_spec_extra_gives_a_rendezvous():
 def test_torchrun_entry_point(tmp_path):
     out = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-           str(free_port()), "-m", "numabench.train_step_cli", "--mode", "ddp", "--model", "tiny", "--batch", "2",
+           str(free_port()), "-m", "numabench.tools.train_step_cli", "--mode", "ddp", "--model", "tiny", "--batch", "2",
            "--steps", "2", "--warmup", "1", "--numa-policy", "local", "--json", str(out)]
     if TOPO.gpus:
         pytest.skip("this machine has GPUs: see test_torchrun_gpu")
@@ -185,7 +193,7 @@ def test_torchrun_gpu(tmp_path):
     n = min(2, torch.cuda.device_count())
     out = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-port",
-           str(free_port()), "-m", "numabench.train_step_cli", "--mode", "fsdp-offload", "--model", "small",
+           str(free_port()), "-m", "numabench.tools.train_step_cli", "--mode", "fsdp-offload", "--model", "small",
            "--batch", "2", "--dtype", "bf16", "--steps", "3", "--warmup", "2", "--numa-policy", "local",
            "--json", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)

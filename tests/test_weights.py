@@ -1,4 +1,4 @@
-"""numabench.weights.WeightSetting against a fake weights directory (never the real sysfs one)."""
+"""numabench.numa.weights.WeightSetting against a fake weights directory (never the real sysfs one)."""
 from __future__ import annotations
 
 import os
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-import numabench.weights as weights
-from numabench.capabilities import probe
+import numabench.numa.weights as weights
 from numabench.errors import UsageError
-from numabench.weights import AUTO_NAMES, WeightSetting, auto_mode_file, read_weights
+from numabench.machine.capabilities import probe
+from numabench.numa.weights import AUTO_NAMES, WeightSetting, auto_mode_file, read_weights
 
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
 _real_write = weights._write

@@ -1,29 +1,35 @@
-"""The benchmark families: what each measures, its axes and its requirements.
+"""The benchmark families: the one registry.
 
-Adding a family is adding a module here with ``FAMILY`` (a cases.Family),
-``metrics(result, phase) -> dict`` for extra_info, and a worker module in
-numabench/workers; then one line in FAMILIES.
+A family is a folder here: ``__init__.py`` defines ``FAMILY`` (a
+``numabench.families.base.Family``: what it measures, its axes, requirements and
+hooks) and imports no torch; ``worker.py`` defines ``Worker`` (a
+``numabench.families.base.Worker``: one rank's set-up and timed steps). The folder's
+name is the family's key; ``benchmarks/test_<key>.py`` makes it a pytest module.
 """
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+import pkgutil
+from typing import TYPE_CHECKING
 
-FAMILIES = {
-    "touch": "numabench.families.touch",
-    "adam_offload": "numabench.families.adam_offload",
-    "cpu_adam": "numabench.families.cpu_adam",
-    "host_membw": "numabench.families.host_membw",
-    "dataloader": "numabench.families.dataloader",
-    "train_step": "numabench.families.train_step",
-    "transfer": "numabench.families.transfer",
-    "pinned_alloc": "numabench.families.pinned_alloc",
-    "broadcast": "numabench.families.broadcast",
-}
+if TYPE_CHECKING:
+    from numabench.families.base import Family, Worker
+
+FAMILIES: tuple[str, ...] = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg))
 
 
-def family_module(key: str) -> ModuleType:
-    try:
-        return importlib.import_module(FAMILIES[key])
-    except KeyError:
-        raise KeyError(f"unknown family {key!r}: allowed {', '.join(FAMILIES)}") from None
+def _check(key: str) -> None:
+    if key not in FAMILIES:
+        raise KeyError(f"unknown family {key!r}: allowed {', '.join(FAMILIES)}")
+
+
+def family(key: str) -> "Family":
+    """The family ``key`` (torch-free)."""
+    _check(key)
+    return importlib.import_module(f"{__name__}.{key}").FAMILY
+
+
+def worker_class(key: str) -> "type[Worker]":
+    """The worker of family ``key`` (imported in worker processes: it may import torch)."""
+    _check(key)
+    return importlib.import_module(f"{__name__}.{key}.worker").Worker

@@ -97,7 +97,7 @@ BUILDER_ENV = "NUMABENCH_KERNEL_BUILDER"  # set in the children of numabench.ker
 
 def _fault_point(build_dir: Path) -> None:
     """Fault injection (tests of the suite): ``load`` in a worker, ``build`` in a prebuild child."""
-    from .. import faults
+    from numabench import faults
 
     found = faults.from_env()
     if found:

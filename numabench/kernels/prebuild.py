@@ -14,8 +14,8 @@ import sys
 import time
 from typing import Iterator, Sequence
 
-from ..errors import UsageError
-from .build import BUILDER_ENV
+from numabench.errors import UsageError
+from numabench.kernels.build import BUILDER_ENV
 
 BUILD_TIMEOUT_S = float(os.environ.get("NUMABENCH_BUILD_TIMEOUT_S") or 900)
 
@@ -89,7 +89,7 @@ _ready: set[str] = set()
 def ensure_built(kernels: Sequence[str]) -> None:
     """Build ``kernels`` once per process, in children (the caller stays torch-free); raises
     BuildError naming the kernel and the tail of its build output."""
-    from ..errors import BuildError
+    from numabench.errors import BuildError
 
     need = [k for k in kernels if k not in _ready]
     if not need:

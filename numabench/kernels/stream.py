@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from .build import load_extension
+from numabench.kernels.build import load_extension
 
 # Bytes counted per element (fp32): reads + writes, write-allocate not counted.
 BYTES_PER_ELEMENT = {"copy": 8, "scale": 8, "add": 12, "triad": 12, "adam_pattern": 28}

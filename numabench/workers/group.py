@@ -21,8 +21,8 @@ import tempfile
 import time
 from typing import Any, Sequence
 
-from ..errors import WorkerError
-from .protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
+from numabench.errors import WorkerError
+from numabench.workers.protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
 STDERR_TAIL_LINES = 30
 SCRATCH_ENV = "NUMABENCH_SCRATCH_DIR"

@@ -1,10 +1,8 @@
 """Worker entry point: ``python -m numabench.workers.main FAMILY`` (argv[1]).
 
-A family module provides ``Worker(spec)`` with ``setup() -> dict`` (allocate,
-place, touch, check correctness; returns info such as the placement report)
-and ``step(variant=...) -> dict[str, float]`` (one timed round, seconds per
-phase; ``variant`` holds the family's worker-axis values when it has any), and
-optionally ``close()``.
+Each family's ``worker.py`` provides ``Worker(spec)`` (numabench.families.base.Worker:
+``setup() -> dict``, ``step(variant=...) -> {phase: seconds}``, ``close()``); the
+spec arrives as JSON and is parsed here, once, into a ``WorkerSpec``.
 
 Fault injection (tests of the suite itself): env ``NUMABENCH_FAULT``, see
 numabench.faults. Faults fire here, for every family: ``setup`` ones after the
@@ -17,34 +15,23 @@ A worker also asks the kernel to SIGKILL it when its parent dies
 from __future__ import annotations
 
 import ctypes
-import importlib
 import os
 import signal
 import sys
 import traceback
 
-from .. import faults as faultlib
-from .inject import SLOWDOWN_ENV, slowdown_factor
-from .protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
+from numabench import faults as faultlib
+from numabench.families import FAMILIES, family, worker_class
+from numabench.families.base import WorkerSpec
+from numabench.workers.inject import SLOWDOWN_ENV, slowdown_factor
+from numabench.workers.protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
-FAMILY_MODULES = {
-    "touch": "numabench.workers.touch",
-    "adam_offload": "numabench.workers.adam_offload",
-    "cpu_adam": "numabench.workers.cpu_adam",
-    "host_membw": "numabench.workers.host_membw",
-    "dataloader": "numabench.workers.dataloader",
-    "train_step": "numabench.workers.train_step",
-    "transfer": "numabench.workers.transfer",
-    "pinned_alloc": "numabench.workers.pinned_alloc",
-    "broadcast": "numabench.workers.broadcast",
-}
 PR_SET_PDEATHSIG = 1
 
 
 def injecting_families() -> list[str]:
     """Families whose workers pad their timed phases for NUMABENCH_INJECT_SLOWDOWN."""
-    return sorted(f for f, mod in FAMILY_MODULES.items()
-                  if getattr(importlib.import_module(mod).Worker, "INJECTS_SLOWDOWN", False))
+    return [key for key in FAMILIES if family(key).injects_slowdown]
 
 
 def die_with_parent() -> None:
@@ -64,7 +51,7 @@ def main() -> int:
     proto_fd = os.dup(1)
     os.dup2(2, 1)  # anything printed goes to stderr, never into the protocol stream
     out = os.fdopen(proto_fd, "wb", buffering=0)
-    family = sys.argv[1]
+    key = sys.argv[1]
     worker = None
     rank = gpu = None
     nstep = 0
@@ -81,13 +68,12 @@ def main() -> int:
             if op == OP_SETUP:
                 if fault_error is not None:
                     raise fault_error
-                spec = msg["spec"]
-                rank, gpu = spec.get("rank"), spec.get("gpu")
-                module = importlib.import_module(FAMILY_MODULES[family])
-                if slowdown_factor() != 1.0 and not getattr(module.Worker, "INJECTS_SLOWDOWN", False):
-                    raise ValueError(f"{SLOWDOWN_ENV} is not supported by family {family!r}: allowed for "
+                spec = WorkerSpec.from_dict(msg["spec"])
+                rank, gpu = spec.rank, spec.gpu
+                if slowdown_factor() != 1.0 and not family(key).injects_slowdown:
+                    raise ValueError(f"{SLOWDOWN_ENV} is not supported by family {key!r}: allowed for "
                                      f"{', '.join(injecting_families())}")
-                worker = module.Worker(spec)
+                worker = worker_class(key)(spec)
                 info = worker.setup()
                 faultlib.fire(faults, "setup", None, rank, gpu)
                 reply = {"ok": True, "info": info}
@@ -96,7 +82,7 @@ def main() -> int:
                 faultlib.fire(faults, "step", nstep, rank, gpu)
                 reply = {"ok": True, "times": worker.step(**({"variant": msg["variant"]} if msg.get("variant") else {}))}
             elif op == OP_EXIT:
-                if worker is not None and hasattr(worker, "close"):
+                if worker is not None:
                     worker.close()
                 out.write(encode({"ok": True}))
                 return 0

@@ -23,15 +23,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from numabench.capabilities import probe  # noqa: E402
 from numabench.cases import Case  # noqa: E402
-from numabench.errors import PlacementError, WorkerError  # noqa: E402
-from numabench.families import family_module  # noqa: E402
-from numabench.placement import Expectation, PlacementReport, compare  # noqa: E402
-from numabench.policy import Policy  # noqa: E402
-from numabench.runner import run_case  # noqa: E402
-from numabench.topology import discover  # noqa: E402
-from numabench.weights import WeightSetting, read_weights  # noqa: E402
+from numabench.errors import (
+    PlacementError,
+    WorkerError,  # noqa: E402
+)
+from numabench.families import family  # noqa: E402
+from numabench.machine.capabilities import probe  # noqa: E402
+from numabench.machine.topology import discover  # noqa: E402
+from numabench.numa.placement import (
+    Expectation,
+    compare,  # noqa: E402
+)
+from numabench.numa.policy import Policy  # noqa: E402
+from numabench.numa.weights import (
+    WeightSetting,
+    read_weights,  # noqa: E402
+)
+from numabench.workers.run import run_case  # noqa: E402
 
 NUMEL = 64 * 2**20  # fp32 elements: a 256 MiB buffer (THP moves splits in 2 MiB steps)
 POLICIES = ["bind:1", "preferred:2", "preferred-many:0,2", "interleave:0,1,2", "weighted:0=1,2=3",
@@ -85,7 +94,7 @@ def _case(policy: str) -> Case:
 
 
 def _run(policy: str, launcher: str, topo, caps, **kw):
-    return run_case(_case(policy), family_module("touch").FAMILY, topo, caps, rounds=2, warmup=0,
+    return run_case(_case(policy), family("touch"), topo, caps, rounds=2, warmup=0,
                     launcher=launcher, timeout_s=300, **kw)
 
 
@@ -183,7 +192,7 @@ def check_weights() -> dict:
         raised = None
         os.environ["NUMABENCH_FAULT"] = "hang@step1"
         try:
-            run_case(_case("weighted:0=1,1=1,2=2"), family_module("touch").FAMILY, topo, caps, rounds=2, warmup=0,
+            run_case(_case("weighted:0=1,1=1,2=2"), family("touch"), topo, caps, rounds=2, warmup=0,
                      launcher="builtin", timeout_s=5)
         except WorkerError as e:
             raised = f"WorkerError: {str(e).splitlines()[0]}"

@@ -153,7 +153,7 @@ def test_placement(guest612, policy, launcher):
     if launcher == "numactl":
         assert row["command"][0] == str(CACHE / "numactl" / "bin" / "numactl"), row["command"]
     else:
-        assert row["command"][1:3] == ["-m", "numabench.launch"], row["command"]
+        assert row["command"][1:3] == ["-m", "numabench.numa.launch"], row["command"]
     assert row["bytes"] >= 256 * 2**20 and row["untouched"] == 0, row
     assert row["ok"] and row["deviation_pp"] <= TOLERANCE_PP, row["message"]
     # numa_maps (the other counter) agrees with move_pages

@@ -1,7 +1,7 @@
 #!/bin/sh
-# Record the files numabench.topology.discover() and numabench.weights read
+# Record the files numabench.machine.topology.discover() and numabench.numa.weights read
 # from a live machine into tests/data/machines/<name>/ (GPUs: write gpus.json
-# by hand, or from `python3 -c 'from numabench.gpus import visible_gpus; ...'`).
+# by hand, or from `python3 -c 'from numabench.machine.gpus import visible_gpus; ...'`).
 #
 #   sh tests/data/machines/record.sh vm-1node
 set -eu

@@ -1,0 +1,76 @@
+"""adam_offload: the core benchmark. Host-resident Adam state placed by a NUMA
+policy, copied to the GPU, stepped by a fused kernel, copied back."""
+from __future__ import annotations
+
+from numabench.cases import CaseResult
+from numabench.families.base import Family
+
+# Qwen2.5-7B partition sizes, as the seed benchmark uses.
+SEED_SIZES = (1835008, 12845056, 67895296, 544997376)
+DEFAULT_ROUNDS = 20
+DEFAULT_WARMUP = 3
+
+
+def metrics(result: CaseResult, phase: str) -> dict:
+    infos = result.setup_info
+    itemsize = result.case.itemsize
+    n = result.case.numel_per_rank * result.case.nprocess
+    med = result.median(phase)
+    moved = {"h2d": 4 * n * itemsize, "d2h": 3 * n * itemsize, "compute": 7 * n * itemsize,
+             "step": 7 * n * itemsize}[phase]
+    out = {
+        "bytes": moved,
+        "GBps": round(moved / med / 1e9, 3),
+        "limit_h2d_GBps_per_rank": [round(i["limit_h2d_GBps"], 2) for i in infos],
+        "limit_d2h_GBps_per_rank": [round(i["limit_d2h_GBps"], 2) for i in infos],
+        "limit_d2d_GBps_per_rank": [round(i["limit_d2d_GBps"], 1) for i in infos],
+        "limit_bidir_h2d_GBps_per_rank": [round(i["limit_bidir_h2d_GBps"], 2) for i in infos],
+        "limit_bidir_d2h_GBps_per_rank": [round(i["limit_bidir_d2h_GBps"], 2) for i in infos],
+        "max_rel_error": infos[0]["max_rel_error"],
+        "alloc": infos[0]["alloc"],
+        "chunk_elems": infos[0]["chunk_elems"],
+        "device": infos[0]["device_name"],
+    }
+    if phase == "compute":
+        out["pct_of_d2d"] = round(100 * (moved / result.case.nprocess / med / 1e9) / infos[0]["limit_d2d_GBps"], 1)
+    elif phase in ("h2d", "d2h"):
+        out[f"pct_of_pinned_{phase}"] = round(
+            100 * (moved / result.case.nprocess / med / 1e9) / infos[0][f"limit_{phase}_GBps"], 1)
+    elif phase == "step":
+        # The step cannot beat the slower of its two one-way transfers (PCIe is full duplex).
+        bound = max(4 * result.case.numel_per_rank * itemsize / (infos[0]["limit_h2d_GBps"] * 1e9),
+                    3 * result.case.numel_per_rank * itemsize / (infos[0]["limit_d2h_GBps"] * 1e9))
+        out["lower_bound_s"] = bound
+        out["ratio_to_lower_bound"] = round(med / bound, 3)
+        # The same bound with the rates both directions reach at once (host memory and
+        # the root complex may not sustain full duplex): what overlap can really reach.
+        bidir = max(4 * result.case.numel_per_rank * itemsize / (infos[0]["limit_bidir_h2d_GBps"] * 1e9),
+                    3 * result.case.numel_per_rank * itemsize / (infos[0]["limit_bidir_d2h_GBps"] * 1e9))
+        out["ratio_to_bidir_lower_bound"] = round(med / bidir, 3)
+    return out
+
+
+FAMILY = Family(
+    kernels=("cuda_adam",),
+    key="adam_offload",
+    description="Offloaded Adam step: H2D of param/grad/moments, fused Adam on the GPU, D2H of param/moments.",
+    phases=("h2d", "compute", "d2h", "step"),
+    needs_gpu=True,
+    default_sizes=SEED_SIZES,
+    default_dtypes=("fp32", "bf16"),
+    # alloc (hostmem allocator of the placed state: register = mmap + touch + cudaHostRegister,
+    # torch = pin_memory) changes the placed memory, so it is not a worker axis: each value is
+    # its own worker run, and the worker reads it from the variants it is given.
+    extra_axes={"impl": ("ours", "torch"), "schedule": ("serial", "overlap"), "alloc": ("register", "torch")},
+    worker_axes=("impl", "schedule"),
+    # torch's pinned allocator is measured with --numa-axis alloc=register,torch (doubles the matrix)
+    default_axis_values={"alloc": ("register",)},
+    # torch's caching host allocator rounds each buffer up to a power of two (up to 2x)
+    host_bytes_per_element=lambda case: 4 * case.itemsize * (2 if case.param("alloc") == "torch" else 1),
+    device_bytes_per_element=lambda case: 4 * case.itemsize,  # + 2.25 GiB for the copy-limit buffers
+    rank_kind="gpu",
+    metrics=metrics,
+    default_rounds=DEFAULT_ROUNDS,
+    default_warmup=DEFAULT_WARMUP,
+    injects_slowdown=True,
+)

@@ -1,0 +1,250 @@
+"""What every family is made of: ``Family`` (the nvbandwidth-testcase shape: a key
+users select by, a description, its phases (each a pytest-benchmark entry), its axes'
+defaults and requirements, from which the skip reason comes, and its hooks),
+``WorkerSpec`` (what the parent tells each rank's worker, parsed once) and ``Worker``
+(the worker's side: ``setup() -> dict``, ``step(variant) -> {phase: seconds}``,
+``close()``).
+
+``GpuOrCpuFamily``: families that run on GPUs where there are GPUs and on the CPU
+otherwise. It keeps ``rank_kind="gpu"`` (the default nprocess axis is {1, number of
+GPUs}) and changes how ranks and skip reasons come about:
+
+- GPUs visible: rank i on GPU i, its CPUs on the GPU's nearest CPU node (as
+  ``Family.ranks``); nprocess > GPUs is a skip.
+- no GPU: every rank on the first CPU node (a CPU-only machine is a CI machine:
+  one process group of ``nprocess`` CPU processes on that node's CPUs).
+- ``cpu_binding(case)`` False (e.g. the dataloader's ``binding=unbound``): the
+  rank keeps its own node (for ``local``) but is not CPU-bound, so its worker is
+  started without --cpunodebind and ``default`` promises no node.
+- ``gpu_only(case)``: a reason when that case needs CUDA (FSDP CPU offload, bf16
+  autocast, a GPU-sized default).
+
+This module imports no torch: the pytest process reads families without it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from numabench.cases import DTYPES, Case, Rank, format_size
+from numabench.errors import UsageError
+
+if TYPE_CHECKING:
+    from numabench.cases import CaseResult
+    from numabench.machine.capabilities import Capabilities
+    from numabench.machine.topology import Topology
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What one rank's worker is told at set-up (sent as JSON, parsed once in the worker)."""
+
+    numel: int  # elements per rank (a batch size for the dataloader and train_step)
+    dtype: str = "fp32"
+    rank: int = 0
+    nprocess: int = 1
+    gpu: int | None = None
+    policy: str | None = None  # the policy this rank runs under, resolved (Policy.parse reads it)
+    cpu_node: int | None = None
+    cpus: tuple[int, ...] | None = None  # the CPUs it is bound to (None: unbound)
+    cpu_share: int = 1  # ranks whose threads share those CPUs
+    variants: tuple[Mapping[str, str], ...] = ({},)  # worker-axis values it times, in turn
+    extra: Mapping[str, Any] = field(default_factory=dict)  # the family's own (Family.spec_extra)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise UsageError(f"unknown dtype {self.dtype!r}: allowed {', '.join(DTYPES)}")
+        if self.numel < 1:
+            raise UsageError(f"numel {self.numel} per rank: must be >= 1")
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype]
+
+    def axis_values(self, axis: str, default: str) -> list[str]:
+        """Each variant's value of ``axis`` (``default`` where a variant leaves it out)."""
+        return [v.get(axis, default) for v in self.variants or ({},)]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["cpus"] = list(self.cpus) if self.cpus is not None else None
+        d["variants"] = [dict(v) for v in self.variants]
+        d["extra"] = dict(self.extra)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "WorkerSpec":
+        """Known keys become fields; any other key joins ``extra``."""
+        names = {f.name for f in fields(cls)}
+        known = {k: v for k, v in d.items() if k in names}
+        extra = {**dict(known.pop("extra", None) or {}), **{k: v for k, v in d.items() if k not in names}}
+        if known.get("cpus") is not None:
+            known["cpus"] = tuple(int(c) for c in known["cpus"])
+        known["variants"] = tuple(dict(v) for v in (known.get("variants") or [{}]))
+        for key in ("numel", "rank", "nprocess", "cpu_share"):
+            if key in known and known[key] is not None:
+                known[key] = int(known[key])
+        for key in ("gpu", "cpu_node"):
+            if known.get(key) is not None:
+                known[key] = int(known[key])
+        known.pop("itemsize", None)  # derived from dtype
+        return cls(**known, extra=extra)
+
+
+class Worker:
+    """One rank's side of a family (``families/<key>/worker.py`` defines ``Worker``)."""
+
+    def __init__(self, spec: "WorkerSpec | Mapping[str, Any]") -> None:
+        self.spec = spec if isinstance(spec, WorkerSpec) else WorkerSpec.from_dict(spec)
+
+    def setup(self) -> dict:
+        """Allocate, place, touch, check correctness; info for the parent (placement report, limits)."""
+        raise NotImplementedError
+
+    def step(self, variant: Mapping[str, str] | None = None) -> dict[str, float]:
+        """One timed round of ``variant``: seconds per phase."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Free what setup took (the process ends after it)."""
+
+
+@dataclass
+class Family:
+    key: str
+    description: str
+    phases: tuple[str, ...]
+    needs_gpu: bool = False
+    min_gpus_per_case: Callable[["Case"], int] = lambda case: 0
+    default_sizes: tuple[int, ...] = ()
+    default_dtypes: tuple[str, ...] = ("fp32",)
+    extra_axes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # every allowed value
+    # values a plain run takes where not all of them (e.g. alloc: register only); --numa-axis widens
+    default_axis_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # extra axes one worker run covers (same placed memory, timed one after another)
+    worker_axes: tuple[str, ...] = ()
+    # bytes of host memory per element per rank (for the fits-in-memory check)
+    host_bytes_per_element: Callable[["Case"], float] = lambda case: case.itemsize
+    device_bytes_per_element: Callable[["Case"], float] = lambda case: 0
+    # which ranks exist: "gpu" (rank i on GPU i) or "cpu-node" (rank i on the i-th CPU node)
+    rank_kind: str = "gpu"
+    # family-specific reasons (an optional package, an axis combination that means nothing)
+    case_skip_reason: Callable[["Case"], str | None] | None = None
+    # compiled kernels its workers load (numabench.kernels.prebuild names): built by the
+    # parent before any worker starts, so workers only load them
+    kernels: tuple[str, ...] = ()
+    # extra_info of one entry beyond the common schema (bytes, GB/s, limits, ...)
+    metrics: Callable[["CaseResult", str], dict] = lambda result, phase: {}
+    default_rounds: int = 20
+    default_warmup: int = 3
+    # further fields of every rank's WorkerSpec.extra (e.g. a rendezvous port)
+    spec_extra: Callable[["Case"], dict] | None = None
+    # its workers pad their timed phases for NUMABENCH_INJECT_SLOWDOWN (real extra work)
+    injects_slowdown: bool = False
+
+    def axis_values(self, overrides: dict[str, list[str]] | None = None) -> dict[str, tuple[str, ...]]:
+        """The extra axes' values for a run: defaults, or what --numa-axis names (validated)."""
+        out = {a: self.default_axis_values.get(a, vals) for a, vals in self.extra_axes.items()}
+        for axis, vals in (overrides or {}).items():
+            if axis not in self.extra_axes:
+                continue  # an axis of another family
+            bad = [v for v in vals if v not in self.extra_axes[axis]]
+            if bad:
+                raise UsageError(f"--numa-axis {axis}: unknown value(s) {', '.join(bad)} for {self.key}; "
+                                 f"allowed {', '.join(self.extra_axes[axis])}")
+            out[axis] = tuple(vals)
+        return out
+
+    def ranks(self, case: Case, topology: "Topology") -> list[Rank]:
+        ranks = []
+        for i in range(case.nprocess):
+            if self.rank_kind == "gpu" and topology.gpus:
+                g = topology.gpu(i)
+                own = g.numa_node
+                cpu = topology.nearest_cpu_node(own) if own is not None else None
+                ranks.append(Rank(i, g.index, own, cpu))
+            else:
+                cpu_nodes = topology.cpu_node_ids
+                node = cpu_nodes[i % len(cpu_nodes)]
+                ranks.append(Rank(i, None, node, node))
+        return ranks
+
+    def skip_reason(self, case: Case, topology: "Topology", caps: "Capabilities",
+                    host_memory_bytes: int | None = None) -> str | None:
+        """Why ``case`` cannot run on this machine, or None. One clear reason.
+        ``host_memory_bytes`` overrides MemTotal (VMs whose memory grows as it is used)."""
+        ngpu = len(topology.gpus)
+        if self.needs_gpu and ngpu == 0:
+            return f"{self.key} needs a CUDA GPU; none is visible (no NVIDIA driver or CUDA_VISIBLE_DEVICES empty)"
+        if self.rank_kind == "gpu" and self.needs_gpu and case.nprocess > ngpu:
+            return f"nprocess={case.nprocess} needs {case.nprocess} GPUs; this machine has {ngpu}"
+        if self.rank_kind == "cpu-node" and case.nprocess > len(topology.cpu_node_ids):
+            return (f"nprocess={case.nprocess} needs {case.nprocess} NUMA nodes with CPUs (one rank per node); "
+                    f"this machine has {len(topology.cpu_node_ids)}")
+        need = self.min_gpus_per_case(case)
+        if need > ngpu:
+            return f"{self.key} needs {need} GPUs; this machine has {ngpu}"
+        family_reason = self.case_skip_reason(case) if self.case_skip_reason else None
+        if family_reason:
+            return family_reason
+        err = case.policy.requirement_error(topology)
+        if err:
+            return err
+        if case.policy.kind == "local" and self.rank_kind == "gpu" and self.needs_gpu:
+            unknown = [g.index for g in topology.gpus[: case.nprocess] if g.numa_node is None]
+            if unknown:
+                return f"policy local needs each GPU's NUMA node; unknown for GPU(s) {unknown} (sysfs numa_node=-1)"
+        if case.policy.kind == "weighted":
+            reason = caps.weighted_skip_reason()
+            if reason:
+                return reason
+        if case.policy.kind == "preferred-many" and not caps.preferred_many_kernel:
+            return f"preferred-many needs Linux >= 5.15; kernel {caps.kernel_release} rejected MPOL_PREFERRED_MANY"
+        host_need = case.numel * self.host_bytes_per_element(case)
+        host_have = host_memory_bytes or sum(n.mem_total_bytes for n in topology.nodes)
+        if host_need > 0.8 * host_have:
+            have = (f"--numa-host-memory gives {host_have / 2**30:.1f} GiB" if host_memory_bytes else
+                    f"MemTotal reads {host_have / 2**30:.1f} GiB")
+            return (f"size {format_size(case.numel)} needs {host_need / 2**30:.1f} GiB of host memory; "
+                    f"{have} (80% usable; on a VM whose memory grows as it is used, pass --numa-host-memory=GiB)")
+        if topology.gpus and self.needs_gpu:
+            dev_need = case.numel_per_rank * self.device_bytes_per_element(case)
+            dev_have = min(g.memory_bytes for g in topology.gpus[: case.nprocess]) or float("inf")
+            if dev_need > 0.9 * dev_have:
+                return (f"size {format_size(case.numel)} needs {dev_need / 2**30:.1f} GiB per GPU; "
+                        f"the GPU has {dev_have / 2**30:.1f} GiB")
+        return None
+
+
+@dataclass
+class GpuOrCpuFamily(Family):
+    cpu_binding: Callable[[Case], bool] = lambda case: True
+    # reason a case cannot run without a GPU (None: it runs on the CPU too)
+    gpu_only: Callable[[Case], str | None] = lambda case: None
+
+    def ranks(self, case: Case, topology: "Topology") -> list[Rank]:
+        if topology.gpus:
+            ranks = Family.ranks(self, case, topology)
+        else:
+            node = (topology.cpu_node_ids or (0,))[0]
+            ranks = [Rank(i, None, node, node) for i in range(case.nprocess)]
+        if not self.cpu_binding(case):
+            ranks = [Rank(r.index, r.gpu, r.own_node, None) for r in ranks]
+        return ranks
+
+    def skip_reason(self, case: Case, topology: "Topology", caps: "Capabilities",
+                    host_memory_bytes: int | None = None) -> str | None:
+        ngpu = len(topology.gpus)
+        if ngpu and case.nprocess > ngpu:
+            return f"nprocess={case.nprocess} needs {case.nprocess} GPUs; this machine has {ngpu}"
+        if ngpu and case.policy.kind == "local":
+            unknown = [g.index for g in topology.gpus[: case.nprocess] if g.numa_node is None]
+            if unknown:
+                return f"policy local needs each GPU's NUMA node; unknown for GPU(s) {unknown} (sysfs numa_node=-1)"
+        if not ngpu:
+            if not topology.cpu_node_ids:
+                return f"{self.key} on the CPU needs a NUMA node with CPUs; this machine reports none"
+            reason = self.gpu_only(case)
+            if reason:
+                return f"{reason}; no CUDA GPU is visible (needs a CUDA GPU)"
+        return super().skip_reason(case, topology, caps, host_memory_bytes)

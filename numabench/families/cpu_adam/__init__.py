@@ -1,0 +1,53 @@
+"""cpu_adam: the ZeRO-Offload optimizer on the CPU, over NUMA-placed host state."""
+from __future__ import annotations
+
+from numabench.cases import CaseResult
+from numabench.families.base import Family
+
+DEFAULT_ROUNDS = 15
+DEFAULT_WARMUP = 2
+
+IMPLS = ("ours", "ours+copy", "torch-fused", "torch-fused+copy", "torch-foreach", "deepspeed")
+
+
+def skip_reason(case) -> str | None:
+    if case.param("impl") == "deepspeed":
+        from numabench.families.cpu_adam.worker import deepspeed_available
+
+        if not deepspeed_available():
+            return "impl deepspeed needs the optional 'deepspeed' package (pip install deepspeed); not importable"
+    if case.param("impl", "").endswith("+copy") and case.dtype != "fp32":
+        return "the fused bf16 copy-out is the fp32-master-state layout; it runs with dtype fp32 only"
+    return None
+
+
+def metrics(result: CaseResult, phase: str) -> dict:
+    impl = result.case.param("impl")
+    itemsize = result.case.itemsize
+    n = result.case.numel_per_rank * result.case.nprocess
+    # read p, g, m, v; write p, m, v; +2 B for the bf16 copy; write-allocate not counted
+    per_elem = 7 * itemsize + (2 if impl and impl.endswith("+copy") else 0)
+    med = result.median(phase)
+    info = result.setup_info[0]
+    return {"bytes": per_elem * n, "bytes_per_element": per_elem, "GBps": round(per_elem * n / med / 1e9, 3),
+            "write_allocate_counted": False, "threads_per_rank": info["threads"], "simd": info["simd"],
+            "max_rel_error": info["max_rel_error"]}
+
+
+FAMILY = Family(
+    kernels=("cpu_adam",),
+    key="cpu_adam",
+    description="Adam step on the CPU over host-resident state placed by the policy; one rank per CPU node.",
+    phases=("step",),
+    rank_kind="cpu-node",
+    default_sizes=(16 * 2**20,),  # 64 MiB per fp32 tensor: well past a 32 MiB L3
+    default_dtypes=("fp32",),
+    extra_axes={"impl": IMPLS},
+    worker_axes=("impl",),
+    host_bytes_per_element=lambda case: 4 * case.itemsize + 2,
+    case_skip_reason=skip_reason,
+    metrics=metrics,
+    default_rounds=DEFAULT_ROUNDS,
+    default_warmup=DEFAULT_WARMUP,
+    injects_slowdown=True,
+)

@@ -1,0 +1,115 @@
+"""Family ``cpu_adam``, per rank: Adam over host-resident state on this node's CPUs.
+
+Variants (``impl``) share the placed memory:
+- ``ours``: csrc/cpu_adam.cpp (OpenMP + AVX-512/AVX2), one pass.
+- ``ours+copy``: the same pass also writes the bf16 copy of the updated params
+  that ZeRO-Offload ships back to the GPU.
+- ``torch-fused``: torch.optim.Adam(fused=True)'s CPU kernel (aten::_fused_adam_).
+- ``torch-fused+copy``: that, then ``copy_`` into the bf16 buffer (a second pass).
+- ``torch-foreach``: torch.optim.Adam(foreach=True)'s multi-tensor path.
+- ``deepspeed``: DeepSpeedCPUAdam, when deepspeed is importable.
+"""
+from __future__ import annotations
+
+import time
+
+from numabench.families.base import Worker as BaseWorker
+from numabench.families.base import WorkerSpec
+from numabench.families.cpu_adam import IMPLS
+from numabench.numa.placement import numa_maps_report, pages_report
+from numabench.workers.hostmem import allocate, torch_dtype
+from numabench.workers.inject import SlowdownPad
+
+LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
+
+
+def deepspeed_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+class Worker(BaseWorker):
+
+    def __init__(self, spec: WorkerSpec | dict) -> None:
+        super().__init__(spec)
+        spec = self.spec
+        self.pad = SlowdownPad()
+        import torch
+
+        self.numel = spec.numel
+        self.dtype = torch_dtype(spec.dtype)
+        self.threads = len(spec.cpus) if spec.cpus else torch.get_num_threads()
+        self.step_no = 0
+
+    def setup(self) -> dict:
+        import torch
+
+        from numabench.kernels import cpu_adam
+
+        torch.set_num_threads(self.threads)
+        impls = {v.get("impl", "ours") for v in self.spec.variants}
+        errors = {}
+        if impls & {"ours", "ours+copy"}:
+            for a in ("adam", "adamw"):
+                errors[f"ours-{a}"] = cpu_adam.check_against_reference(
+                    self.dtype, (1 << 18) + 7, steps=3, adamw=a == "adamw",
+                    with_copy_out=torch.bfloat16 if self.dtype == torch.float32 else None, num_threads=self.threads)
+        names = ("param", "grad", "exp_avg", "exp_avg_sq")
+        self.host = {n: allocate(self.numel, self.dtype, "pageable") for n in names}
+        self.copy_out = allocate(self.numel, torch.bfloat16, "pageable")
+        g = torch.Generator().manual_seed(4321 + self.spec.rank)
+        t = self.host
+        t["param"].tensor.normal_(0, 1, generator=g)
+        t["grad"].tensor.normal_(0, 1e-2, generator=g)
+        t["exp_avg"].tensor.normal_(0, 1e-2, generator=g)
+        t["exp_avg_sq"].tensor.uniform_(1e-6, 1e-4, generator=g)
+        self.step_t = torch.zeros((), dtype=torch.float32)
+        self.ds = None
+        if "deepspeed" in impls:
+            if not deepspeed_available():
+                raise RuntimeError("impl deepspeed requested but deepspeed is not importable")
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+            p = torch.nn.Parameter(t["param"].tensor)
+            p.grad = t["grad"].tensor
+            self.ds = DeepSpeedCPUAdam([p], lr=LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WEIGHT_DECAY,
+                                       adamw_mode=False)
+            self.ds.state[p] = {"step": 0, "exp_avg": t["exp_avg"].tensor, "exp_avg_sq": t["exp_avg_sq"].tensor}
+        ranges = [(b.address, b.nbytes) for b in self.host.values()]
+        return {"placement": pages_report(ranges).to_dict(), "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
+                "threads": self.threads, "simd": cpu_adam.simd_level(), "max_rel_error": errors,
+                "bytes_per_element": {"plain": 7 * self.host["param"].tensor.element_size()}}
+
+    def step(self, variant: dict | None = None) -> dict[str, float]:
+        import torch
+
+        from numabench.kernels import cpu_adam
+
+        impl = (variant or {}).get("impl", "ours")
+        self.step_no += 1
+        t = {n: b.tensor for n, b in self.host.items()}
+        hyper = dict(lr=LR, beta1=BETA1, beta2=BETA2, eps=EPS, weight_decay=WEIGHT_DECAY)
+        t0 = time.perf_counter_ns()
+        if impl in ("ours", "ours+copy"):
+            cpu_adam.adam_step_(t["param"], t["grad"], t["exp_avg"], t["exp_avg_sq"], step=self.step_no,
+                                param_copy_out=self.copy_out.tensor if impl == "ours+copy" else None,
+                                num_threads=self.threads, **hyper)
+        elif impl in ("torch-fused", "torch-fused+copy"):
+            self.step_t.fill_(float(self.step_no))
+            torch._fused_adam_([t["param"]], [t["grad"]], [t["exp_avg"]], [t["exp_avg_sq"]], [], [self.step_t],
+                               lr=LR, beta1=BETA1, beta2=BETA2, weight_decay=WEIGHT_DECAY, eps=EPS,
+                               amsgrad=False, maximize=False)
+            if impl == "torch-fused+copy":
+                self.copy_out.tensor.copy_(t["param"])
+        elif impl == "torch-foreach":
+            self.step_t.fill_(float(self.step_no - 1))
+            torch.optim._functional.adam([t["param"]], [t["grad"]], [t["exp_avg"]], [t["exp_avg_sq"]], [],
+                                         [self.step_t], foreach=True, amsgrad=False, beta1=BETA1, beta2=BETA2,
+                                         lr=LR, weight_decay=WEIGHT_DECAY, eps=EPS, maximize=False)
+        elif impl == "deepspeed":
+            self.ds.step()
+        else:
+            raise ValueError(f"unknown impl {impl!r}: allowed {', '.join(IMPLS)}")
+        self.pad.cpu(t0)
+        return {"step": (time.perf_counter_ns() - t0) * 1e-9}

@@ -1,0 +1,40 @@
+"""host_membw: STREAM-style copy and triad bandwidth from a node's threads to policy-placed memory.
+
+With bind:N policies over every node this is the node x node matrix that Intel
+MLC prints; ``numabench topo --bandwidth`` prints it.
+"""
+from __future__ import annotations
+
+from numabench.cases import CaseResult
+from numabench.families.base import Family
+from numabench.kernels.stream import BYTES_PER_ELEMENT  # write-allocate reads are not counted
+
+DEFAULT_ROUNDS = 15
+DEFAULT_WARMUP = 2
+
+
+def metrics(result: CaseResult, phase: str) -> dict:
+    kernel = result.case.param("kernel", "triad")
+    n = result.case.numel_per_rank * result.case.nprocess
+    per_elem = BYTES_PER_ELEMENT[kernel]
+    med = result.median(phase)
+    return {"bytes": per_elem * n, "GBps": round(per_elem * n / med / 1e9, 3), "write_allocate_counted": False,
+            "threads_per_rank": result.setup_info[0]["threads"]}
+
+
+FAMILY = Family(
+    kernels=("stream",),
+    key="host_membw",
+    description="STREAM copy, triad and Adam's 4-read/3-write pattern over policy-placed fp32 arrays.",
+    phases=("time",),
+    rank_kind="cpu-node",
+    default_sizes=(16 * 2**20,),  # 64 MiB per array, like cpu_adam's default
+    default_dtypes=("fp32",),
+    extra_axes={"kernel": ("copy", "triad", "adam_pattern")},
+    worker_axes=("kernel",),
+    host_bytes_per_element=lambda case: 4 * 4,
+    metrics=metrics,
+    default_rounds=DEFAULT_ROUNDS,
+    default_warmup=DEFAULT_WARMUP,
+    injects_slowdown=True,
+)

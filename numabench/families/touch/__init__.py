@@ -1,0 +1,23 @@
+"""touch: memset of a policy-placed host buffer; the simplest placed case, no GPU or torch needed."""
+from __future__ import annotations
+
+from numabench.cases import CaseResult
+from numabench.families.base import Family
+
+
+def metrics(result: CaseResult, phase: str) -> dict:
+    nbytes = sum(info["bytes"] for info in result.setup_info)
+    med = result.median(phase)
+    return {"bytes_per_round": nbytes, "GBps": round(nbytes / med / 1e9, 3)}
+
+
+FAMILY = Family(
+    key="touch",
+    description="Write every byte of a host buffer placed by the NUMA policy (memset bandwidth per node).",
+    phases=("write",),
+    rank_kind="cpu-node",
+    default_sizes=(64 * 2**20,),
+    default_dtypes=("fp32",),
+    metrics=metrics,
+    injects_slowdown=True,
+)

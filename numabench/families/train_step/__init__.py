@@ -1,0 +1,106 @@
+"""train_step: one training step of a small decoder-only transformer under DDP, FSDP and
+FSDP with CPU offload (the ZeRO-Offload analogue: its host-resident parameters
+and optimizer state are what the NUMA policy places), one rank per GPU in one
+process group (seeds 001, 002 task 4, 004).
+
+The size axis is the global batch in sequences (split over the ranks). Axes
+``mode`` (ddp, fsdp, fsdp-offload) and ``model`` (tiny, small: numabench.families.train_step.model).
+On a CPU-only machine only the tiny model in fp32 runs, DDP and FSDP over gloo
+(FSDP when torch's fully_shard runs on CPU); fsdp-offload, bf16 and the small
+model skip saying they need a CUDA GPU.
+
+extra_info: tokens/s and model TFLOPS (6 x params x tokens / time) as median,
+mean and std over the rounds (the seed 004 tables), time per step mean/std, peak
+GPU memory per rank, host memory per node per rank.
+"""
+from __future__ import annotations
+
+import socket
+import statistics
+
+from numabench.cases import CaseResult
+from numabench.families.base import GpuOrCpuFamily
+from numabench.families.train_step.configs import model_config
+
+DEFAULT_ROUNDS = 10
+DEFAULT_WARMUP = 2
+
+
+MODES = ("ddp", "fsdp", "fsdp-offload")
+POOL = 4  # distinct batches per rank, cycled through in the timed steps
+
+
+def gpu_only(case) -> str | None:
+    if case.param("mode") == "fsdp-offload":
+        return "mode fsdp-offload (torch's CPU offload of params and optimizer) needs CUDA"
+    if case.param("model") != "tiny":
+        return f"model {case.param('model')} is a GPU size (on the CPU only model tiny runs)"
+    if case.dtype != "fp32":
+        return f"dtype {case.dtype} (mixed precision) is a GPU setting (on the CPU only fp32 runs)"
+    return None
+
+
+def skip_reason(case) -> str | None:
+    if case.dtype == "fp16":
+        return "train_step runs fp32 or bf16 (mixed precision); fp16 would need a loss scaler"
+    return None
+
+
+def spec_extra(case) -> dict:
+    """Per-case spec fields: the process group's rendezvous on a port free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"master_addr": "127.0.0.1", "master_port": port}
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def metrics(result: CaseResult, phase: str) -> dict:
+    infos = result.setup_info
+    info = infos[0]
+    times = result.phases[phase]
+    tokens = info["tokens_per_step"]
+    flop = 6 * info["n_params"] * tokens
+    med = result.median(phase)
+    tps_mean, tps_std = _mean_std([tokens / t for t in times])
+    tf_mean, tf_std = _mean_std([flop / t / 1e12 for t in times])
+    t_mean, t_std = _mean_std(times)
+    return {
+        "tokens_per_s": round(tokens / med, 1), "tokens_per_s_mean": round(tps_mean, 1),
+        "tokens_per_s_std": round(tps_std, 2),
+        "tflops": round(flop / med / 1e12, 4), "tflops_mean": round(tf_mean, 4), "tflops_std": round(tf_std, 5),
+        "tflops_per_gpu": round(flop / med / 1e12 / result.case.nprocess, 4),
+        "time_per_step_mean": t_mean, "time_per_step_std": t_std,
+        "tokens_per_step": tokens, "n_params": info["n_params"], "seq_len": info["seq_len"],
+        "batch_per_rank": info["batch_per_rank"], "impl": info["impl"], "backend": info["backend"],
+        "mem_peak_per_rank_bytes": [i["peak_gpu_bytes"] for i in infos],
+        "host_bytes_by_node_per_rank": [i["host_bytes_by_node"]["bytes_by_node"] for i in infos],
+        "host_state_bytes_per_rank": [i["host_state_bytes"] for i in infos],
+        "threads_per_rank": [i.get("threads") for i in infos],
+        "placed": info["placed"], "setup_losses_rank0": info["setup_losses"], "device": info["device_name"],
+    }
+
+
+FAMILY = GpuOrCpuFamily(
+    key="train_step",
+    description="One training step of a small GPT (DDP, FSDP, FSDP + CPU offload) in a process group of "
+                "one rank per GPU (gloo DDP on a CPU-only machine).",
+    phases=("step",),
+    rank_kind="gpu",
+    default_sizes=(32,),
+    default_dtypes=("fp32", "bf16"),
+    extra_axes={"mode": MODES, "model": ("tiny", "small")},
+    worker_axes=(),
+    # per sequence of the global batch: its int64 tokens in the batch pool (x4) and, on CPU ranks,
+    # activations of the tiny model (~2 MiB); a bound for the fits-in-memory check
+    host_bytes_per_element=lambda case: (model_config(case.param("model", "tiny")).seq_len + 1) * 8 * POOL + 2**21,
+    case_skip_reason=skip_reason,
+    gpu_only=gpu_only,
+    metrics=metrics,
+    default_rounds=DEFAULT_ROUNDS,
+    default_warmup=DEFAULT_WARMUP,
+    spec_extra=spec_extra,
+)

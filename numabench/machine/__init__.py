@@ -1,0 +1,1 @@
+"""The machine: NUMA topology, GPUs, kernel and numactl capabilities, the hardware key."""

@@ -1,0 +1,46 @@
+"""Linux cpulist/nodelist strings ("0-3,8,10-11") to and from integer tuples."""
+from __future__ import annotations
+
+from typing import Iterable
+
+from numabench.errors import UsageError
+
+
+def parse_list(text: str, what: str = "list") -> tuple[int, ...]:
+    """Parse a kernel-style list such as ``0-3,8``; '' gives ()."""
+    text = text.strip()
+    if not text:
+        return ()
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            if sep:
+                a, b = int(lo), int(hi)
+                if a > b:
+                    raise ValueError
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise UsageError(
+                f"bad {what} entry {part!r} in {text!r}: allowed are numbers and ranges like 0-3, comma separated"
+            ) from None
+        if out and out[-1] < 0:
+            raise UsageError(f"bad {what} entry {part!r} in {text!r}: numbers must be >= 0")
+    return tuple(sorted(set(out)))
+
+
+def format_list(values: Iterable[int]) -> str:
+    """Inverse of parse_list, compressing runs: (0,1,2,5) -> '0-2,5'."""
+    vals = sorted(set(values))
+    parts: list[str] = []
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        parts.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ",".join(parts)

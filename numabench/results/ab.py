@@ -1,0 +1,254 @@
+"""Same-machine A/B of two git revisions: ``numabench ab BASE [HEAD]``.
+
+A GPU CI runner without a stable fleet baseline can still answer "did this
+change make it slower?" by measuring both revisions itself, now. Each side is
+checked out in a temporary git worktree (HEAD omitted: the current working
+tree, uncommitted changes included), its kernels built, and then the selected
+benchmarks run as whole pytest invocations, base and head taking turns in
+ABBA order (base, head, head, base, ...) so that a drift of the machine hits
+both alike. Every invocation has fresh worker processes and fresh buffers.
+
+Per entry, each pair of neighbouring invocations gives a ratio head/base of
+their medians; the estimate is the geometric mean of the pair ratios and its
+confidence interval a percentile bootstrap over the pairs (pairs, not
+rounds, are the independent samples). An entry is ``slower`` only when the
+whole interval lies above 1 + threshold (``faster``: below 1 / (1 +
+threshold)); exit 1 on any ``slower``.
+
+Library code does not print: :func:`run_ab` returns an :class:`ABResult`
+(``progress`` receives one line per invocation); :func:`render` makes its text.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from numabench.errors import UsageError
+from numabench.results.compare import FASTER, SAME, SLOWER, format_table
+from numabench.results.invocations import invocation_medians
+
+WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
+BOOTSTRAP_RESAMPLES = 4000
+RUN_TIMEOUT_S = 3600
+
+
+@dataclass
+class Side:
+    label: str  # the revision as given, or "worktree"
+    commit: str | None
+    path: Path
+    env: dict[str, str]
+
+
+@dataclass
+class ABRow:
+    name: str
+    base_s: list[float]
+    head_s: list[float]
+    ratio: float
+    low: float
+    high: float
+    verdict: str
+
+
+@dataclass
+class ABResult:
+    base: Side
+    head: Side
+    pairs: int
+    threshold_pct: float
+    confidence: float
+    rows: list[ABRow] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # entries one side did not measure in every invocation
+
+    @property
+    def regressions(self) -> list[ABRow]:
+        return [r for r in self.rows if r.verdict == SLOWER]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regressions else 0
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: int = BOOTSTRAP_RESAMPLES,
+                       seed: int = 1) -> tuple[float, float]:
+    """Percentile bootstrap interval of the geometric mean of ``ratios`` (resampling the pairs)."""
+    if not ratios:
+        raise ValueError("no ratios")
+    rng = random.Random(seed)
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    means = sorted(sum(rng.choice(logs) for _ in range(n)) / n for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    lo = means[int(math.floor(tail * (resamples - 1)))]
+    hi = means[int(math.ceil((1 - tail) * (resamples - 1)))]
+    return math.exp(lo), math.exp(hi)
+
+
+def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float,
+                confidence: float) -> ABRow:
+    ratios = [h / b for b, h in zip(base_s, head_s)]
+    low, high = bootstrap_interval(ratios, confidence)
+    t = 1 + threshold_pct / 100
+    verdict = SLOWER if low > t else FASTER if high < 1 / t else SAME
+    return ABRow(name, list(base_s), list(head_s), geometric_mean(ratios), low, high, verdict)
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UsageError(f"git {' '.join(args)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout.strip()
+
+
+def repo_root(start: Path) -> Path:
+    return Path(_git(start, "rev-parse", "--show-toplevel"))
+
+
+@contextlib.contextmanager
+def checkouts(repo: Path, base: str, head: str | None, tmp: Path) -> Iterator[tuple[Path, str, Path, str | None]]:
+    """Worktrees for the revisions (HEAD None: the working tree itself); always removed."""
+    made: list[Path] = []
+    try:
+        paths = []
+        for label, rev in (("base", base), ("head", head)):
+            if rev is None:
+                paths.append((repo, None))
+                continue
+            commit = _git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}")
+            path = tmp / label
+            _git(repo, "worktree", "add", "--detach", str(path), commit)
+            made.append(path)
+            paths.append((path, commit))
+        yield paths[0][0], paths[0][1], paths[1][0], paths[1][1]
+    finally:
+        for path in made:
+            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(path)],
+                           capture_output=True)
+        if made:
+            subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
+
+
+def _env(side: Side) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(side.path), env.get("PYTHONPATH")]))
+    env.update(side.env)
+    return env
+
+
+def build(side: Side) -> str:
+    """``numabench build`` in the side's checkout; returns its output, raises on failure."""
+    proc = subprocess.run([sys.executable, "-m", "numabench.cli", "build"], cwd=side.path, env=_env(side),
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise UsageError(f"numabench build failed in {side.label} ({side.path}): "
+                         + " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-6:]))
+    return proc.stdout
+
+
+def invoke(side: Side, pytest_args: Sequence[str], json_path: Path) -> dict[str, float]:
+    """One pytest invocation on ``side``: entry fullname -> median seconds."""
+    cmd = [sys.executable, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "-q",
+           f"--benchmark-json={json_path}"]
+    proc = subprocess.run(cmd, cwd=side.path, env=_env(side), capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    if proc.returncode not in (0, 1) or not json_path.is_file():
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+        raise UsageError(f"pytest on {side.label} exited {proc.returncode}: {tail}")
+    run = json.loads(json_path.read_text())
+    out = {}
+    for b in run["benchmarks"]:
+        meds = invocation_medians(b)
+        if meds:
+            out[b["fullname"]] = meds[0]
+    if not out:
+        raise UsageError(f"pytest on {side.label} measured nothing: check the selection ({' '.join(pytest_args)})")
+    return out
+
+
+def parse_env(items: Sequence[str] | None, option: str) -> dict[str, str]:
+    env = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{option} {item!r}: allowed NAME=VALUE")
+        env[key] = value
+    return env
+
+
+def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: int = 5, threshold_pct: float = 1.0,
+           confidence: float = 0.95, base_env: dict[str, str] | None = None,
+           head_env: dict[str, str] | None = None, cwd: Path | None = None,
+           progress: Callable[[str], None] = lambda line: None) -> ABResult:
+    if pairs < 2:
+        raise UsageError(f"--pairs {pairs}: allowed 2 or more (an interval needs several pairs)")
+    if not 0 < confidence < 1:
+        raise UsageError(f"--confidence {confidence}: allowed a number between 0 and 1, e.g. 0.95")
+    repo = repo_root(cwd or Path.cwd())
+    tmp = Path(tempfile.mkdtemp(prefix="numabench-ab-"))
+    try:
+        with checkouts(repo, base, head, tmp) as (base_path, base_commit, head_path, head_commit):
+            sides = {"base": Side(base, base_commit, base_path, base_env or {}),
+                     "head": Side(head or WORKTREE, head_commit, head_path, head_env or {})}
+            for label, side in sides.items():
+                progress(f"building {label} ({side.label}) in {side.path}")
+                build(side)
+            measured: dict[str, list[dict[str, float]]] = {"base": [], "head": []}
+            for i in range(pairs):
+                order = ("base", "head") if i % 2 == 0 else ("head", "base")
+                for label in order:
+                    side = sides[label]
+                    medians = invoke(side, pytest_args, tmp / f"{label}-{i}.json")
+                    measured[label].append(medians)
+                    progress(f"pair {i + 1}/{pairs}: {label} ({side.label}) {len(medians)} entries")
+        res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence)
+        names = sorted(set().union(*measured["base"], *measured["head"]))
+        for name in names:
+            b = [m.get(name) for m in measured["base"]]
+            h = [m.get(name) for m in measured["head"]]
+            if any(v is None for v in b + h):
+                res.missing.append(name)
+                continue
+            res.rows.append(judge_pairs(name.split("::")[-1], b, h, threshold_pct, confidence))
+        return res
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def render(res: ABResult) -> str:
+    def side(s: Side) -> str:
+        return f"{s.label}" + (f" ({s.commit[:12]})" if s.commit else "") + \
+            (f" with {' '.join(f'{k}={v}' for k, v in s.env.items())}" if s.env else "")
+
+    lines = [f"base: {side(res.base)}", f"head: {side(res.head)}",
+             f"{res.pairs} pairs of invocations in ABBA order; ratio head/base: geometric mean of the pair ratios, "
+             f"{res.confidence:.0%} bootstrap interval over pairs; slower/faster only when the whole interval lies "
+             f"beyond {res.threshold_pct:g}%", ""]
+    body = [(r.name, f"{statistics.median(r.base_s) * 1e3:.4g}", f"{statistics.median(r.head_s) * 1e3:.4g}",
+             f"{r.ratio:.4f}",
+             f"{r.low:.4f}-{r.high:.4f}", r.verdict) for r in res.rows]
+    lines += format_table(("benchmark", "base ms", "head ms", "ratio", "interval", "verdict"), body)
+    lines.append("")
+    counts = {v: sum(r.verdict == v for r in res.rows) for v in (SLOWER, FASTER, SAME)}
+    lines.append(f"{len(res.rows)} entries: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    if res.missing:
+        lines.append(f"{len(res.missing)} entries not measured in every invocation of both sides (not judged)")
+    if res.regressions:
+        lines.append(f"REGRESSION: {len(res.regressions)} entries slower by more than {res.threshold_pct:g}% "
+                     f"with {res.confidence:.0%} confidence")
+    return "\n".join(lines)

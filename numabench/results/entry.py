@@ -1,0 +1,60 @@
+"""The benchmark entry: how a case's phase is named in pytest-benchmark's JSON and what
+its ``extra_info`` holds. The one schema: the pytest plugin (fixtures/running.py) and
+the seed CSV importer both write entries through here, and the tables, plots and the
+gate read these keys.
+
+extra_info of every entry: ``family, phase, nprocess, numel, numel_per_rank, dtype,
+policy``, one key per further axis (impl, schedule, ...), ``hardware_key``; of a measured
+entry also ``launcher, placement, per_rank_median_s, rounds, invocation_medians_s`` and
+(with an injected slowdown) ``injected_slowdown``; then the family's metrics (bytes,
+GB/s, limits, ...).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from numabench.results.invocations import INVOCATION_MEDIANS
+
+if TYPE_CHECKING:
+    from numabench.cases import Case, CaseResult
+
+
+def entry_param(case: "Case", phase: str) -> str:
+    """pytest's id of the entry's parameters (``numa_phase`` then ``numa_case``)."""
+    return f"{phase}-{case.id}"
+
+
+def entry_name(case: "Case", phase: str) -> str:
+    return f"test_{case.family}[{entry_param(case, phase)}]"
+
+
+def entry_fullname(case: "Case", phase: str) -> str:
+    return f"benchmarks/test_{case.family}.py::{entry_name(case, phase)}"
+
+
+def entry_group(case: "Case", phase: str) -> str:
+    """pytest-benchmark's group: the entries one table compares (policies side by side)."""
+    return f"{case.family}:{phase} np{case.nprocess} {case.numel} {case.dtype}"
+
+
+def case_fields(case: "Case", phase: str, hardware_key: str) -> dict[str, Any]:
+    """What every entry's extra_info starts with."""
+    return {"family": case.family, "phase": phase, "nprocess": case.nprocess, "numel": case.numel,
+            "numel_per_rank": case.numel_per_rank, "dtype": case.dtype, "policy": case.policy.id,
+            **{k: v for k, v in case.extra}, "hardware_key": hardware_key}
+
+
+def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """extra_info of an entry measured by this suite."""
+    extra = {
+        **case_fields(result.case, phase, hardware_key),
+        "launcher": result.launcher,
+        "placement": [p.to_dict() for p in result.placement],
+        "per_rank_median_s": [sorted(r[phase])[len(r[phase]) // 2] for r in result.per_rank],
+        "rounds": len(result.phases[phase]),
+        INVOCATION_MEDIANS: result.invocation_medians(phase),
+        **metrics,
+    }
+    if result.slowdown != 1.0:
+        extra["injected_slowdown"] = result.slowdown
+    return extra

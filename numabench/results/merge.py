@@ -1,0 +1,80 @@
+"""Merge saved runs into one baseline file.
+
+pytest-benchmark's ``--benchmark-compare`` (no argument) compares against the
+newest run in the storage folder only. A GPU machine lent for minutes at a time
+measures one family per call, so each hardware key's baseline is put together
+from several runs: ``merge_runs`` joins their benchmarks by ``fullname`` into
+one run that compares like a single saved session, and records where every
+entry came from. An entry that several runs measured is *pooled*: its
+invocations from every run (and so from every machine of the hardware key)
+widen the band that the gate judges by (numabench.results.invocations.pool). With
+``replace`` a later run's entry replaces an earlier one's instead (a baseline
+re-measured after an accepted change).
+
+Runs from different hardware are refused (a baseline mixes one machine's
+numbers only), as are runs without per-round data when ``require_data`` is set
+(compare tests on ``stats.data``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from numabench.errors import UsageError
+from numabench.machine.hwkey import run_hardware_key
+from numabench.results.invocations import pool
+from numabench.results.seed_csv import load_run
+from numabench.results.storage import publish
+
+
+@dataclass
+class MergeResult:
+    run: dict
+    again: list[str] = field(default_factory=list)  # fullnames that several runs measured (pooled or replaced)
+
+
+def merge_runs(paths: Sequence[str | Path], *, allow_foreign: bool = False, require_data: bool = True,
+               replace: bool = False) -> MergeResult:
+    """One run holding every benchmark of ``paths`` (in order): an entry in several runs pooled,
+    or with ``replace`` the last run's kept."""
+    if not paths:
+        raise UsageError("merge needs at least one run file")
+    runs = [(Path(p), load_run(p)) for p in paths]
+    keys = {str(p.name): run_hardware_key(r) for p, r in runs}
+    if not allow_foreign and len(set(keys.values())) > 1:
+        listing = ", ".join(f"{name}: {key}" for name, key in keys.items())
+        raise UsageError(f"runs from different hardware ({listing}): a baseline holds one machine's numbers "
+                         "(pass --allow-foreign to merge anyway)")
+    measured: dict[str, list[tuple[dict, str]]] = {}
+    sources = []
+    for path, run in runs:
+        label = f"{path.name} ({(run.get('machine_info') or {}).get('node', '?')}, {run.get('datetime', '?')})"
+        for b in run["benchmarks"]:
+            name = b.get("fullname") or b.get("name")
+            if not name:
+                raise UsageError(f"run file {path} has a benchmark without 'fullname' or 'name'")
+            if require_data and not (b.get("stats") or {}).get("data"):
+                raise UsageError(f"run file {path}: {name} has no per-round data (save runs with "
+                                 "--benchmark-save-data; compare tests on it)")
+            measured.setdefault(name, []).append((b, label))
+        sources.append({"file": path.name, "datetime": run.get("datetime"),
+                        "commit": (run.get("commit_info") or {}).get("id"), "benchmarks": len(run["benchmarks"])})
+    newest = runs[-1][1]
+    out = {k: v for k, v in newest.items() if k != "benchmarks"}
+    merged = [entries[-1][0] if replace or len(entries) == 1 else pool([b for b, _ in entries], [s for _, s in entries])
+              for entries in measured.values()]
+    out["benchmarks"] = sorted(merged, key=lambda b: b.get("fullname") or b.get("name"))
+    out["numabench_merged_from"] = sources
+    return MergeResult(out, sorted(n for n, entries in measured.items() if len(entries) > 1))
+
+
+def write_run(run: dict, path: str | Path) -> Path:
+    """Write ``run`` to a new file ``path`` atomically; an existing file is an error, not overwritten."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise UsageError(f"folder {path.parent} does not exist")
+    if not publish(path, json.dumps(run, indent=4, ensure_ascii=True).encode()):
+        raise UsageError(f"{path} exists: choose a new name (runs are never overwritten)")
+    return path

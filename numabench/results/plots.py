@@ -1,0 +1,254 @@
+"""PNG plots of a pytest-benchmark run (matplotlib, Agg backend: no display needed).
+
+Per family, and per combination of the axes that are neither size nor the
+series axis (policy, or impl/schedule where the run has one policy):
+
+- latency vs size, log-log, one line per series, one panel per phase;
+- bandwidth bars (GB/s), grouped by size, one bar per series, one panel per phase;
+- for runs with weighted-interleave policies: time vs weight ratio (share of
+  pages on the first node of the weights), one line per size, one panel per
+  phase; bind to either node and plain interleave over the same nodes are the
+  100 %, 0 % and 50 % points where the run has them. Each size's times are
+  divided by its fastest point (the legend gives that time), so sizes far
+  apart share one linear axis.
+
+Every function returns the paths it wrote.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from numabench.cases import format_size
+from numabench.results.tables import Entry, _sort_value, column_axes, entries, phase_key, series_label, varying
+
+FIG_AXES = ("nprocess", "dtype", "impl", "schedule", "kernel")
+PHASE_TITLES = {"h2d": "H2D (host to device)", "d2h": "D2H (device to host)", "compute": "compute (GPU Adam)",
+                "step": "step (H2D + compute + D2H)", "time": "time", "write": "write"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.=+-]+", "_", text).strip("_")
+
+
+def _figure_groups(es: list[Entry], exclude: tuple[str, ...]) -> dict[tuple, list[Entry]]:
+    axes = [a for a in FIG_AXES if a not in exclude and len(varying(es, a)) > 1]
+    groups: dict[tuple, list[Entry]] = defaultdict(list)
+    for e in es:
+        groups[tuple((a, e.get(a)) for a in axes)].append(e)
+    return dict(sorted(groups.items(), key=lambda kv: [_sort_value(a, v) for a, v in kv[0]]))
+
+
+def _describe(group: tuple) -> str:
+    parts = []
+    for a, v in group:
+        parts.append(f"np{v}" if a == "nprocess" else str(v))
+    return " ".join(parts)
+
+
+def _context(es: list[Entry], exclude: tuple[str, ...]) -> str:
+    """All non-series axes' values of a figure's entries (constant ones too), for its title."""
+    parts = []
+    for a in FIG_AXES:
+        vals = varying(es, a)
+        if a in exclude or vals == [None]:
+            continue
+        text = ",".join(map(str, vals))
+        parts.append(f"np{text}" if a == "nprocess" else text)
+    return " ".join(parts)
+
+
+def _panels(plt, n: int, title: str):
+    cols = min(n, 2)
+    rows = -(-n // cols)
+    fig, axs = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.2 * rows + 0.8), squeeze=False)
+    fig.suptitle(title, fontsize=13, y=0.995)
+    for ax in axs.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axs.flat[:n])
+
+
+def _shared_legend(fig, axs, title: str) -> None:
+    """One legend for all panels, under the title (panels share their series)."""
+    seen: dict[str, object] = {}
+    for ax in axs:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), title=title, loc="upper center", ncol=min(len(seen), 6),
+                   bbox_to_anchor=(0.5, 1 - 0.45 / fig.get_figheight()), fontsize=10, title_fontsize=10,
+                   frameon=False)
+
+
+def _save(fig, path: Path, top_legend: bool = True) -> Path:
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.75 if top_legend else 0.1) / fig.get_figheight()))
+    fig.savefig(path, dpi=100)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def _run_label(run: dict) -> str:
+    nb = (run.get("machine_info") or {}).get("numabench", {})
+    return nb.get("hardware_key") or "unknown hardware"
+
+
+def _figures(es: list, family: str | None):
+    """(family, entries, series axes, phases, description) for each figure to draw."""
+    for fam in sorted({e.family for e in es}):
+        if family and fam != family:
+            continue
+        fes = [e for e in es if e.family == fam]
+        series_axes = column_axes(fes)
+        for group, ges in _figure_groups(fes, series_axes).items():
+            yield fam, ges, series_axes, sorted({e.phase for e in ges}, key=phase_key), _describe(group)
+
+
+def latency_plots(run: dict, out: Path, family: str | None = None, where: dict | None = None) -> list[Path]:
+    plt = _plt()
+    written = []
+    for fam, ges, series_axes, phases, desc in _figures(entries(run, where), family):
+        fig, axs = _panels(plt, len(phases), f"{fam}: median latency vs size  [{_context(ges, series_axes)}]"
+                           f"  {_run_label(run)}")
+        for ax, phase in zip(axs, phases):
+            lines: dict[str, list[Entry]] = defaultdict(list)
+            for e in ges:
+                if e.phase == phase:
+                    lines[series_label(e, series_axes)].append(e)
+            for label in _series_order(lines, series_axes):
+                pts = sorted(lines[label], key=lambda e: e.get("numel"))
+                xs = [e.get("numel") for e in pts]
+                ys = [e.median_s * 1e3 for e in pts]
+                err = [0 if e.stddev_s is None else e.stddev_s * 1e3 for e in pts]
+                ax.errorbar(xs, ys, yerr=err, marker="o", markersize=4, capsize=2, linewidth=1.4, label=label)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(PHASE_TITLES.get(phase, phase))
+            ax.set_xlabel("size (elements)")
+            ax.set_ylabel("median latency (ms)")
+            ax.grid(True, which="both", alpha=0.3)
+            sizes = sorted({e.get("numel") for e in ges})
+            ax.set_xticks(sizes, [format_size(s) for s in sizes])
+            ax.minorticks_off() if len(sizes) > 1 else None
+        _shared_legend(fig, axs, _legend_title(series_axes))
+        name = f"{_slug(fam)}_latency" + (f"_{_slug(desc)}" if desc else "") + ".png"
+        written.append(_save(fig, out / name))
+    return written
+
+
+def _legend_title(series_axes: tuple[str, ...]) -> str:
+    return "/".join(series_axes) if series_axes else "policy"
+
+
+def _series_order(lines: dict, series_axes: tuple[str, ...]) -> list[str]:
+    return sorted(lines, key=lambda s: [_sort_value(a, v) for a, v in zip(series_axes or ("policy",), s.split("/"))])
+
+
+def bandwidth_plots(run: dict, out: Path, family: str | None = None, where: dict | None = None) -> list[Path]:
+    plt = _plt()
+    written = []
+    for fam, ges, series_axes, phases, desc in _figures([e for e in entries(run, where) if e.gbps is not None],
+                                                        family):
+        fig, axs = _panels(plt, len(phases), f"{fam}: bandwidth per {_legend_title(series_axes)}  "
+                           f"[{_context(ges, series_axes)}]  {_run_label(run)}")
+        for ax, phase in zip(axs, phases):
+            pes = [e for e in ges if e.phase == phase]
+            sizes = sorted({e.get("numel") for e in pes})
+            labels = _series_order({series_label(e, series_axes): 1 for e in pes}, series_axes)
+            width = 0.8 / max(1, len(labels))
+            for i, label in enumerate(labels):
+                by_size = {e.get("numel"): e for e in pes if series_label(e, series_axes) == label}
+                xs = [j + (i - (len(labels) - 1) / 2) * width for j, s in enumerate(sizes) if s in by_size]
+                ys = [by_size[s].gbps for s in sizes if s in by_size]
+                ax.bar(xs, ys, width=width * 0.95, label=label)
+            ax.set_xticks(range(len(sizes)), [format_size(s) for s in sizes])
+            ax.set_title(PHASE_TITLES.get(phase, phase))
+            ax.set_xlabel("size (elements)")
+            ax.set_ylabel("bandwidth (GB/s, from the median)")
+            ax.grid(True, axis="y", alpha=0.3)
+        _shared_legend(fig, axs, _legend_title(series_axes))
+        name = f"{_slug(fam)}_bandwidth" + (f"_{_slug(desc)}" if desc else "") + ".png"
+        written.append(_save(fig, out / name))
+    return written
+
+
+def _weight_point(policy: str) -> tuple[tuple[int, ...], float, str] | None:
+    """weighted:0=1,2=3 -> ((0, 2), 25.0, '1:3'): node set, % of pages on the first node, label."""
+    from numabench.numa.policy import Policy
+
+    try:
+        p = Policy.parse(policy)
+    except Exception:
+        return None
+    if p.kind == "weighted" and len(p.nodes) >= 2:
+        return p.nodes, 100.0 * p.weights[0] / sum(p.weights), ":".join(map(str, p.weights))
+    return None
+
+
+def weighted_plots(run: dict, out: Path, family: str | None = None, where: dict | None = None) -> list[Path]:
+    """Time vs weight ratio, for runs with weighted-interleave policies."""
+    es = entries(run, where)
+    written = []
+    plt = None
+    for fam in sorted({e.family for e in es}):
+        if family and fam != family:
+            continue
+        fes = [e for e in es if e.family == fam]
+        node_sets = sorted({w[0] for e in fes if (w := _weight_point(str(e.get("policy")))) is not None})
+        for nodes in node_sets:
+            plt = plt or _plt()
+            # x for each policy of this node set: weighted, and bind/interleave endpoints where present
+            xpos: dict[str, tuple[float, str]] = {}
+            for pol in {str(e.get("policy")) for e in fes}:
+                w = _weight_point(pol)
+                if w and w[0] == nodes:
+                    xpos[pol] = (w[1], w[2])
+            first, rest = nodes[0], nodes[1:]
+            xpos[f"bind:{first}"] = (100.0, f"bind:{first}")
+            if len(nodes) == 2:
+                xpos[f"bind:{rest[0]}"] = (0.0, f"bind:{rest[0]}")
+                xpos[f"interleave:{first},{rest[0]}"] = (50.0, "interleave")
+            wes = [e for e in fes if str(e.get("policy")) in xpos]
+            for group, ges in _figure_groups(wes, ()).items():
+                phases = sorted({e.phase for e in ges}, key=phase_key)
+                desc = _describe(group)
+                fig, axs = _panels(plt, len(phases), f"{fam}: time vs weighted-interleave ratio, nodes "
+                                   f"{','.join(map(str, nodes))}  [{_context(ges, ())}]  {_run_label(run)}")
+                for ax, phase in zip(axs, phases):
+                    pes = [e for e in ges if e.phase == phase]
+                    for size in sorted({e.get("numel") for e in pes}):
+                        pts = sorted((xpos[str(e.get("policy"))][0], e.median_s * 1e3) for e in pes
+                                     if e.get("numel") == size)
+                        best = min(p[1] for p in pts)
+                        ax.plot([p[0] for p in pts], [p[1] / best for p in pts], marker="o",
+                                label=f"{format_size(size)} (best {best:.3g} ms)")
+                    ticks = sorted({xpos[str(e.get("policy"))] for e in pes})
+                    ax.set_xticks([t[0] for t in ticks], [f"{t[0]:.0f}%\n{t[1]}" for t in ticks], fontsize=8)
+                    ax.set_title(PHASE_TITLES.get(phase, phase))
+                    ax.set_xlabel(f"share of pages on node {first} (%) / weights "
+                                  + ":".join(f"N{n}" for n in nodes))
+                    ax.set_ylabel("median latency / best of its size (x)")
+                    ax.legend(title="size (best median)", fontsize=8, title_fontsize=8, loc="best")
+                    ax.grid(True, which="both", alpha=0.3)
+                name = (f"{_slug(fam)}_weighted_N{'-'.join(map(str, nodes))}" + (f"_{_slug(desc)}" if desc else "")
+                        + ".png")
+                written.append(_save(fig, out / name, top_legend=False))
+    return written
+
+
+def all_plots(run: dict, out: str | Path, family: str | None = None, where: dict | None = None) -> list[Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return (latency_plots(run, out, family, where) + bandwidth_plots(run, out, family, where)
+            + weighted_plots(run, out, family, where))

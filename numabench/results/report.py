@@ -1,0 +1,83 @@
+"""One report from one run: grouped tables (terminal text and report.md) and the PNG plots.
+
+``build_report(RUN.json, out=DIR)`` writes ``DIR/report.md`` and the PNGs, and
+returns a :class:`Report` (the CLI prints its text or Markdown).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from numabench.results.seed_csv import load_run
+from numabench.results.tables import adam_offload_table, entries, grouped_tables
+
+LEGEND = ("Cells: median ± standard deviation over the rounds, in milliseconds, with the bandwidth "
+          "(GB/s, from the median) where the family has one; the fastest cell of a row is bold. "
+          "Rows by size (and the other axes that vary), columns by NUMA policy (or impl/schedule "
+          "where the run has one policy).")
+
+
+@dataclass
+class Report:
+    run_path: str
+    markdown: str
+    text: str
+    images: list[Path] = field(default_factory=list)
+    markdown_path: Path | None = None
+
+
+def _machine_lines(run: dict) -> list[str]:
+    nb = (run.get("machine_info") or {}).get("numabench", {})
+    lines = [f"hardware key: {nb.get('hardware_key', 'unknown')}"]
+    if nb.get("gpus"):
+        lines.append(f"GPUs: {nb.get('gpu_count', len(nb['gpus']))} x {', '.join(nb.get('gpu_models') or [])}")
+    if nb.get("cpu_model"):
+        lines.append(f"CPU: {nb['cpu_model']}, {nb.get('numa_nodes', '?')} NUMA node(s)"
+                     + (f", kernel {nb['kernel']}" if nb.get("kernel") else ""))
+    if run.get("datetime"):
+        lines.append(f"run at: {run['datetime']}")
+    commit = run.get("commit_info") or {}
+    if commit.get("id") and commit["id"] != "unknown":
+        lines.append(f"commit: {commit['id'][:12]}{' (dirty)' if commit.get('dirty') else ''}")
+    if nb.get("source") == "seed-csv":
+        lines.append("source: imported seed CSV (means only)")
+    return lines
+
+
+def build_report(run_path: str | Path, out: str | Path | None = None, *, family: str | None = None,
+                 where: dict | None = None, plots: bool = True) -> Report:
+    run = load_run(run_path)
+    tables = grouped_tables(run, family, where)
+    machine = _machine_lines(run)
+    images: list[Path] = []
+    if out is not None and plots:
+        from numabench.results.plots import all_plots
+
+        images = all_plots(run, out, family, where)
+    md = [f"# numabench report: {Path(run_path).name}", "", *[f"- {m}" for m in machine], "", LEGEND, ""]
+    text = [f"numabench report: {run_path}", *machine, ""]
+    families = sorted({t.family for t in tables})
+    if not families:
+        md.append("No numabench benchmarks in this run" + (" match the selection." if family or where else "."))
+        text.append(md[-1])
+    for fam in families:
+        md += [f"## {fam}", ""]
+        for img in images:
+            if img.name.startswith(f"{fam}_"):
+                md += [f"![{img.stem}]({img.name})", ""]
+        for t in tables:
+            if t.family == fam:
+                md += [t.markdown(), ""]
+                text += [t.text(), ""]
+        if fam == "adam_offload" and not where and not any(e.get("impl") is None for e in entries(run)
+                                                           if e.family == fam):
+            md += ["### adam_offload — per configuration, against this run's copy ceilings", "",
+                   adam_offload_table(run), ""]
+    markdown = "\n".join(md).rstrip() + "\n"
+    md_path = None
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        md_path = out / "report.md"
+        md_path.write_text(markdown)
+    return Report(str(run_path), markdown, "\n".join(text).rstrip() + "\n", images, md_path)

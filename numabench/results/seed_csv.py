@@ -1,0 +1,66 @@
+"""pytest-benchmark run JSON -> the seed benchmark's CSV (numa-gpu-adam-bench).
+
+Columns, exactly as its scripts print them::
+
+    ngpus,numa_nodes,update_element,avg_h2d_latency(ms),avg_compute_latency(ms),avg_d2h_latency(ms)
+
+and for weighted runs ``numa_weight`` after ``numa_nodes``. Latencies are
+means over rounds (the seed averages). The seed has no dtype, impl or schedule
+column, so one value of each is selected (default fp32, ours, serial).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from numabench.errors import UsageError
+from numabench.numa.policy import Policy
+
+PLAIN = ["ngpus", "numa_nodes", "update_element", "avg_h2d_latency(ms)", "avg_compute_latency(ms)",
+         "avg_d2h_latency(ms)"]
+WEIGHTED = PLAIN[:2] + ["numa_weight"] + PLAIN[2:]
+
+
+def load_run(path: str | Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"run file {path} does not exist") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"run file {path} is not valid JSON ({e}): corrupt or truncated") \
+            from None
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise UsageError(f"run file {path} has no 'benchmarks' list: not a pytest-benchmark JSON")
+    return data
+
+
+def run_json_to_csv(path: str | Path, *, weighted: bool | None = None, dtype: str = "fp32", impl: str = "ours",
+                    schedule: str = "serial") -> str:
+    data = load_run(path)
+    rows: dict[tuple, dict[str, float]] = {}
+    for b in data["benchmarks"]:
+        x = b.get("extra_info", {})
+        if x.get("family") != "adam_offload" or x.get("dtype") != dtype:
+            continue
+        if x.get("impl", impl) != impl or x.get("schedule", schedule) != schedule:
+            continue
+        key = (x["nprocess"], x["policy"], x["numel"])
+        rows.setdefault(key, {})[x["phase"]] = b["stats"]["mean"] * 1e3
+    if weighted is None:
+        weighted = any(Policy.parse(k[1]).kind == "weighted" for k in rows)
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(WEIGHTED if weighted else PLAIN)
+    for (nproc, pol_text, numel), ph in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        pol = Policy.parse(pol_text)
+        if (pol.kind == "weighted") != weighted or not {"h2d", "compute", "d2h"} <= set(ph):
+            continue
+        nodes = ",".join(map(str, pol.nodes)) if pol.nodes else pol.id
+        lat = [f"{ph['h2d']:.6f}", f"{ph['compute']:.6f}", f"{ph['d2h']:.6f}"]
+        if weighted:
+            w.writerow([nproc, nodes, ",".join(map(str, pol.weights)), numel, *lat])
+        else:
+            w.writerow([nproc, nodes, numel, *lat])
+    return out.getvalue()

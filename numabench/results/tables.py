@@ -1,0 +1,278 @@
+"""Tables from a pytest-benchmark run JSON (saved run or --benchmark-json).
+
+:func:`entries` is the one reading of a run that tables, plots and the report
+share: each benchmark's family, phase, axes (nprocess, numel, dtype, policy,
+and the family's extra axes: impl, schedule, kernel), median, spread, GB/s.
+
+:func:`grouped_tables` makes, per family and phase, rows by size (and the other
+axes that vary), columns by policy (or, where the run has one policy, by the
+extra axes: impl/schedule, kernel), cells "median ± std" in ms with GB/s.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from numabench.cases import format_size
+from numabench.errors import UsageError
+from numabench.results.seed_csv import load_run
+
+BASE_AXES = ("nprocess", "numel", "dtype", "policy")
+# a family's extra axes where its module cannot say (e.g. an imported seed CSV's family)
+FALLBACK_EXTRA_AXES = ("impl", "schedule", "kernel")
+AXIS_TITLES = {"nprocess": "np", "numel": "size"}  # others are titled by their own name
+PHASE_ORDER = ("h2d", "compute", "d2h", "step", "time", "write")
+
+
+@dataclass
+class Entry:
+    family: str
+    phase: str
+    axes: dict  # nprocess, numel, dtype, policy and the extra axes present
+    median_s: float
+    stddev_s: float | None  # None when only a mean is known (imported seed CSV)
+    mean_s: float
+    gbps: float | None
+    name: str
+    fullname: str
+    data: list[float] | None = field(default=None, repr=False)
+    mean_only: bool = False
+
+    def get(self, axis: str):
+        return self.axes.get(axis)
+
+
+@functools.lru_cache(maxsize=None)
+def family_extra_axes(family: str) -> tuple[str, ...]:
+    """The family's extra axes (impl, method, memory, ...), in the order it declares them."""
+    from numabench.families import family
+
+    try:
+        return tuple(family(family).extra_axes)
+    except (KeyError, ImportError):
+        return FALLBACK_EXTRA_AXES
+
+
+def known_axes() -> tuple[str, ...]:
+    from numabench.families import FAMILIES
+
+    extra = {a: None for fam in FAMILIES for a in family_extra_axes(fam)}
+    return BASE_AXES + tuple(a for a in extra if a not in BASE_AXES)
+
+
+def extra_axes_of(es: list["Entry"]) -> tuple[str, ...]:
+    """The extra axes these entries carry, in first-seen order."""
+    seen: dict[str, None] = {}
+    for e in es:
+        for a in e.axes:
+            if a not in BASE_AXES:
+                seen.setdefault(a)
+    return tuple(seen)
+
+
+def _as_run(run: str | Path | dict) -> dict:
+    return run if isinstance(run, dict) else load_run(run)
+
+
+def parse_where(items: list[str] | None) -> dict[str, str]:
+    """['impl=ours', 'dtype=fp32'] -> {'impl': 'ours', 'dtype': 'fp32'}."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or key.strip() not in known_axes():
+            raise UsageError(f"bad --where {item!r}: write AXIS=VALUE with AXIS one of {', '.join(known_axes())}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def entries(run: str | Path | dict, where: dict | None = None) -> list[Entry]:
+    """The run's numabench benchmarks (those with extra_info.family), in file order; ``where``
+    keeps those whose axes have the given values (compared as text; numel also as 12.8M)."""
+    out = []
+    for b in _as_run(run)["benchmarks"]:
+        x = b.get("extra_info") or {}
+        if "family" not in x or "phase" not in x:
+            continue
+        st = b["stats"]
+        mean_only = x.get("stats_from") == "mean only"
+        axes = {k: x[k] for k in (*BASE_AXES, *family_extra_axes(x["family"])) if k in x}
+        if where and not all(str(axes.get(k)) == v or (k == "numel" and k in axes and format_size(axes[k]) == v)
+                             for k, v in where.items()):
+            continue
+        gbps = x.get("GBps")
+        out.append(Entry(x["family"], x["phase"], axes, st["median"], None if mean_only else st.get("stddev"),
+                         st.get("mean", st["median"]), float(gbps) if isinstance(gbps, (int, float)) else None,
+                         b.get("name", ""), b.get("fullname", b.get("name", "")),
+                         st.get("data") if isinstance(st.get("data"), list) else None, mean_only))
+    return out
+
+
+def phase_key(phase: str) -> tuple:
+    return (PHASE_ORDER.index(phase) if phase in PHASE_ORDER else len(PHASE_ORDER), phase)
+
+
+def _sort_value(axis: str, v) -> tuple:
+    if v is None:
+        return (0, "")
+    if axis == "policy":
+        order = ("default", "local", "bind", "preferred", "preferred-many", "interleave", "weighted")
+        kind = str(v).split(":")[0]
+        return (order.index(kind) if kind in order else len(order), str(v))
+    return (1, v) if isinstance(v, (int, float)) else (2, str(v))
+
+
+def varying(es: list[Entry], axis: str) -> list:
+    """Distinct values of an axis among entries, sorted."""
+    return sorted({e.get(axis) for e in es}, key=lambda v: _sort_value(axis, v))
+
+
+def column_axes(es: list[Entry]) -> tuple[str, ...]:
+    """Columns by policy where the entries have several; else by the extra axes that vary."""
+    if len(varying(es, "policy")) > 1:
+        return ("policy",)
+    return tuple(a for a in extra_axes_of(es) if len(varying(es, a)) > 1)
+
+
+def series_label(e: Entry, axes: tuple[str, ...]) -> str:
+    return "/".join(str(e.get(a)) for a in axes) if axes else (str(e.get("policy")) or "median")
+
+
+def format_ms(median_s: float, std_s: float | None) -> str:
+    """Median with 4 significant digits, std to the same decimals: '0.01219 ± 0.00046'."""
+    ms = median_s * 1e3
+    decimals = max(0, 3 - int(math.floor(math.log10(abs(ms))))) if ms > 0 else 3
+    text = f"{ms:.{decimals}f}"
+    if std_s is None:
+        return text + "*"
+    return f"{text} ± {std_s * 1e3:.{decimals}f}"
+
+
+def format_gbps(g: float) -> str:
+    return f"{g:.2f}" if g < 10 else f"{g:.1f}" if g < 100 else f"{g:.0f}"
+
+
+def format_cell(e: Entry) -> str:
+    text = format_ms(e.median_s, e.stddev_s)
+    if e.gbps is not None:
+        text += f" ({format_gbps(e.gbps)} GB/s)"
+    return text
+
+
+@dataclass
+class Table:
+    family: str
+    phase: str
+    header: list[str]
+    rows: list[list[str]]
+    best: list[int | None]  # per row, the index of the fastest cell (columns > label columns)
+    n_labels: int
+    mean_only: bool
+
+    @property
+    def title(self) -> str:
+        return f"{self.family} — {self.phase}"
+
+    def markdown(self) -> str:
+        out = [f"### {self.title} (median ± std, ms)", "",
+               "| " + " | ".join(self.header) + " |", "|" + "---|" * len(self.header)]
+        for cells, best in zip(self.rows, self.best):
+            cells = [f"**{c}**" if i == best else c for i, c in enumerate(cells)]
+            out.append("| " + " | ".join(cells) + " |")
+        if self.mean_only:
+            out += ["", "\\* mean only (imported from a seed CSV): no median or spread known."]
+        return "\n".join(out)
+
+    def text(self) -> str:
+        widths = [max(len(r[i]) for r in [self.header, *self.rows]) for i in range(len(self.header))]
+        fmt = lambda cells: "  ".join(c.ljust(w) if i < self.n_labels else c.rjust(w)  # noqa: E731
+                                      for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        out = [f"{self.title} (median ± std, ms)", fmt(self.header), "  ".join("-" * w for w in widths)]
+        out += [fmt(r) for r in self.rows]
+        if self.mean_only:
+            out.append("* mean only (imported from a seed CSV): no median or spread known.")
+        return "\n".join(out)
+
+
+def grouped_tables(run: str | Path | dict, family: str | None = None, where: dict | None = None) -> list[Table]:
+    """Per family and phase: rows by size (and other varying axes), columns by policy."""
+    es = entries(run, where)
+    tables = []
+    for fam in sorted({e.family for e in es}):
+        if family and fam != family:
+            continue
+        fes = [e for e in es if e.family == fam]
+        cols_axes = column_axes(fes)
+        columns = sorted({series_label(e, cols_axes) for e in fes},
+                         key=lambda s: [_sort_value(a, v) for a, v in zip(cols_axes, s.split("/"))])
+        if "policy" in cols_axes:  # policy strings may contain '/'-free text only; keep their own order
+            columns = [str(v) for v in varying(fes, "policy")]
+        # rows labelled and sorted by these (size last: a table reads down by size)
+        label_axes = ("nprocess", "dtype", *extra_axes_of(fes), "numel")
+        labels = [a for a in label_axes if a not in cols_axes and (a == "numel" or len(varying(fes, a)) > 1)]
+        for phase in sorted({e.phase for e in fes}, key=phase_key):
+            pes = [e for e in fes if e.phase == phase]
+            grid: dict[tuple, dict[str, Entry]] = defaultdict(dict)
+            for e in pes:
+                grid[tuple(e.get(a) for a in labels)][series_label(e, cols_axes)] = e
+            header = [AXIS_TITLES.get(a, a) for a in labels] + (columns if cols_axes else ["median ± std ms"])
+            rows, best = [], []
+            for key in sorted(grid, key=lambda k: [_sort_value(a, v) for a, v in zip(labels, k)]):
+                cells = grid[key]
+                lab = [format_size(v) if a == "numel" else str(v) for a, v in zip(labels, key)]
+                vals = [cells.get(c) for c in columns] if cols_axes else list(cells.values())[:1]
+                rows.append(lab + [format_cell(e) if e else "" for e in vals])
+                present = [(e.median_s, i) for i, e in enumerate(vals) if e]
+                best.append(len(labels) + min(present)[1] if len(present) > 1 else None)
+            tables.append(Table(fam, phase, header, rows, best, len(labels), any(e.mean_only for e in pes)))
+    return tables
+
+
+def _median_ms(b: dict) -> float:
+    return b["stats"]["median"] * 1e3
+
+
+def adam_offload_table(path: str | Path | dict, policy: str | None = None) -> str:
+    """size x dtype x impl x schedule (x nprocess): per phase median ms and GB/s, % of
+    the same run's ceilings, ratio to torch's kernel, step ratio to its lower bound."""
+    data = _as_run(path)
+    rows: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for b in data["benchmarks"]:
+        x = b["extra_info"]
+        if x.get("family") != "adam_offload" or (policy and x["policy"] != policy):
+            continue
+        key = (x["nprocess"], x["numel"], x["dtype"], x["policy"], x["impl"], x["schedule"])
+        rows[key][x["phase"]] = {"ms": _median_ms(b), **x}
+    out = ["| np | size | dtype | policy | impl | schedule | H2D ms (GB/s, % pinned) | compute ms (GB/s, % D2D) "
+           "| D2H ms (GB/s, % pinned) | step ms | step / lower bound | compute vs torch | overlap speed-up |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key in sorted(rows):
+        np_, numel, dtype, pol, impl, sched = key
+        ph = rows[key]
+        if not {"h2d", "compute", "d2h", "step"} <= set(ph):
+            continue
+        torch_c = rows.get((np_, numel, dtype, pol, "torch", sched), {}).get("compute")
+        vs_torch = f"{torch_c['ms'] / ph['compute']['ms']:.2f}x" if torch_c and impl == "ours" else ""
+        serial = rows.get((np_, numel, dtype, pol, impl, "serial"), {}).get("step")
+        speedup = f"{serial['ms'] / ph['step']['ms']:.2f}x" if serial and sched == "overlap" else ""
+        out.append(
+            f"| {np_} | {format_size(numel)} | {dtype} | {pol} | {impl} | {sched} "
+            f"| {ph['h2d']['ms']:.3f} ({ph['h2d']['GBps']:.1f}, {ph['h2d'].get('pct_of_pinned_h2d', 0):.0f}%) "
+            f"| {ph['compute']['ms']:.3f} ({ph['compute']['GBps']:.0f}, {ph['compute'].get('pct_of_d2d', 0):.0f}%) "
+            f"| {ph['d2h']['ms']:.3f} ({ph['d2h']['GBps']:.1f}, {ph['d2h'].get('pct_of_pinned_d2h', 0):.0f}%) "
+            f"| {ph['step']['ms']:.3f} | {ph['step'].get('ratio_to_lower_bound', 0):.2f} | {vs_torch} | {speedup} |")
+    return "\n".join(out)
+
+
+def family_table(path: str | Path | dict, family: str) -> str:
+    """Generic: one row per entry with its id, median ms and GB/s."""
+    data = _as_run(path)
+    out = ["| case | median ms | IQR ms | GB/s |", "|---|---|---|---|"]
+    for b in sorted(data["benchmarks"], key=lambda b: b["name"]):
+        x = b["extra_info"]
+        if x.get("family") != family:
+            continue
+        out.append(f"| {b['param']} | {_median_ms(b):.3f} | {b['stats']['iqr'] * 1e3:.3f} | {x.get('GBps', '')} |")
+    return "\n".join(out)

@@ -1,0 +1,1 @@
+"""Stand-alone measurement tools built on the families (bandwidth matrices, probes, speed tables)."""

@@ -1,0 +1,123 @@
+"""Run one case: set weights, launch a worker per rank, check placement, time rounds.
+
+Returns numbers only; pytest glue decides what becomes a benchmark entry.
+Per round, each phase's value is the max over ranks (the slowest rank bounds
+a data-parallel step), as the seed benchmark does.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from typing import Any
+
+from numabench import faults as faultlib
+from numabench.cases import Case, CaseResult, Rank, RankPlacement
+from numabench.errors import PlacementError
+from numabench.families.base import Family, WorkerSpec
+from numabench.machine.capabilities import Capabilities
+from numabench.machine.topology import Topology
+from numabench.numa.launch import build_command, worker_env
+from numabench.numa.placement import Expectation, PlacementReport, compare
+from numabench.numa.weights import WeightSetting
+from numabench.workers.inject import slowdown_factor
+
+
+def pool_invocations(runs: list[CaseResult]) -> CaseResult:
+    """One result from several invocations of the same case and variant: rounds pooled
+    (invocation by invocation), placement and set-up of the first, every invocation kept."""
+    if not runs:
+        raise ValueError("no invocations to pool")
+    first = runs[0]
+    if any(r.case != first.case for r in runs):
+        raise ValueError(f"invocations of different cases: {sorted({r.case.id for r in runs})}")
+    invocations = [inv for r in runs for inv in (r.invocations or [r.phases])]
+    phases = {ph: [v for inv in invocations for v in inv[ph]] for ph in first.phases}
+    per_rank = [{ph: [v for r in runs for v in r.per_rank[i][ph]] for ph in first.per_rank[i]}
+                for i in range(len(first.per_rank))]
+    return dataclasses.replace(first, phases=phases, per_rank=per_rank, invocations=invocations)
+
+
+def run_case(case: Case, family: Family, topology: Topology, caps: Capabilities, *, rounds: int,
+             warmup: int, launcher: str = "auto", timeout_s: float = 600.0, tolerance_pp: float = 2.0,
+             spec_extra: dict[str, Any] | None = None) -> CaseResult:
+    """Run one case (one variant); see run_variants."""
+    return run_variants(case, [case.extra], family, topology, caps, rounds=rounds, warmup=warmup,
+                        launcher=launcher, timeout_s=timeout_s, tolerance_pp=tolerance_pp,
+                        spec_extra=spec_extra)[0]
+
+
+def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family: Family, topology: Topology,
+                 caps: Capabilities, *, rounds: int, warmup: int, launcher: str = "auto",
+                 timeout_s: float = 600.0, tolerance_pp: float = 2.0,
+                 spec_extra: dict[str, Any] | None = None,
+                 rank_nodes: list[int] | None = None) -> list[CaseResult]:
+    """Start the workers once for ``case`` and time each variant (values of the
+    family's worker axes, e.g. impl x schedule) on the same placed memory.
+    ``rank_nodes`` pins CPU ranks to given nodes (the bandwidth matrix's rows)."""
+    ranks: list[Rank] = family.ranks(case, topology)
+    if rank_nodes is not None:
+        ranks = [Rank(r.index, r.gpu, n, n) for r, n in zip(ranks, rank_nodes)]
+    slowdown = slowdown_factor()  # the workers pad their phases; checked here before any starts
+    if family.kernels:  # built here, once, so that workers only load them (and never race to build)
+        from numabench.kernels.prebuild import ensure_built
+        ensure_built(family.kernels)
+    misplace = faultlib.parent_fault("misplace")  # also checks NUMABENCH_FAULT before any worker starts
+    commands, specs, resolved = [], [], []
+    how = "none"
+    for r in ranks:
+        policy = case.policy.resolve(topology, r.own_node)
+        resolved.append(policy)
+        argv = [sys.executable, "-m", "numabench.workers.main", family.key]
+        if policy.kind == "default" and r.cpu_node is None:
+            cmd, how_r = argv, "none"
+        else:
+            cmd, how_r = build_command(argv, policy, topology, caps, cpu_node=r.cpu_node, launcher=launcher)
+        how = how_r if how in ("none", how_r) else "mixed"
+        commands.append(cmd)
+        specs.append(WorkerSpec.from_dict({
+            "rank": r.index, "nprocess": case.nprocess, "gpu": r.gpu, "numel": case.numel_per_rank,
+            "dtype": case.dtype, "policy": str(policy), "cpu_node": r.cpu_node, "variants": [dict(v) for v in variants],
+            "cpus": list(topology.node(r.cpu_node).cpus) if r.cpu_node is not None else None,
+            # ranks whose threads share those CPUs: a worker sizes its thread pool by it
+            "cpu_share": sum(1 for o in ranks if o.cpu_node == r.cpu_node),
+            **(family.spec_extra(case) if family.spec_extra else {}), **(spec_extra or {})}))
+    weights = WeightSetting(case.policy.weight_map) if case.policy.kind == "weighted" else contextlib.nullcontext()
+    from numabench.workers.group import WorkerGroup
+
+    results = []
+    with weights, WorkerGroup(commands, worker_env(), timeout_s=timeout_s) as group:
+        infos = group.setup([spec.to_dict() for spec in specs])
+        placements = []
+        for r, policy, info in zip(ranks, resolved, infos):
+            report = PlacementReport.from_dict(info["placement"])
+            expected = policy.expectation(cpu_node=r.cpu_node)
+            if any(f.rank in (None, r.index) for f in misplace):  # fault injection: a promise nobody keeps
+                expected = Expectation(within=(max(topology.node_ids, default=0) + 1,))
+            verdict = compare(report, expected, tolerance_pp) if expected else None
+            placements.append(RankPlacement(r.index, str(policy), report, verdict))
+        bad = [p for p in placements if p.verdict and not p.verdict.ok]
+        if bad:
+            raise PlacementError("; ".join(f"rank {p.rank} under {p.policy}: {p.verdict.message}" for p in bad))
+        # Variants take turns round by round, so slow drifts of a shared machine
+        # (other tenants, clocks, page migration) hit every variant alike.
+        payloads = [{"variant": dict(v)} for v in variants]
+        for _ in range(warmup):
+            for payload in payloads:
+                group.step(payload)
+        per_rank = [[dict() for _ in ranks] for _ in variants]
+        phases: list[dict[str, list[float]]] = [dict() for _ in variants]
+        for _ in range(rounds):
+            for k, payload in enumerate(payloads):
+                times = group.step(payload)
+                for i, t in enumerate(times):
+                    for ph, v in t.items():
+                        per_rank[k][i].setdefault(ph, []).append(v)
+                for ph in times[0]:
+                    phases[k].setdefault(ph, []).append(max(t[ph] for t in times))
+        for k, variant in enumerate(variants):
+            results.append(CaseResult(case=Case(case.family, case.nprocess, case.numel, case.policy, case.dtype,
+                                                variant),
+                                      phases=phases[k], per_rank=per_rank[k], setup_info=infos,
+                                      placement=placements, launcher=how, commands=commands, slowdown=slowdown))
+    return results
