@@ -1,5 +1,5 @@
 """The overlap probe's command-line schedule parser (the probe itself needs a GPU:
-it runs through .ci/gpu's sibling commands on the device, see docs/PERF.md)."""
+it runs through .ci/gpu's sibling commands on the device, see docs/RESULTS.md)."""
 from __future__ import annotations
 
 import pytest

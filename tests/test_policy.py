@@ -47,7 +47,6 @@ def test_parse_and_str_round_trip(text):
     assert p.id == text
     assert p.mode == mode
     assert Policy.parse(str(p)) == p
-    assert p.needs_weighted_interleave == (kind == "weighted")
 
 
 @pytest.mark.parametrize("text, canonical", [

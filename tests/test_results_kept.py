@@ -20,6 +20,19 @@ def bench(tmp_path: Path, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
+def interrupted_while_a_case_runs(start) -> None:
+    """Ctrl-C while a case runs: its worker hangs at its first step; SIGINT to the whole job."""
+    os.environ["NUMABENCH_FAULT"] = "hang@step1"
+    try:
+        p = start()
+        time.sleep(8)
+        os.killpg(p.pid, signal.SIGINT)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        os.environ.pop("NUMABENCH_FAULT")
+    assert p.returncode != 0, out
+
+
 def test_usage_error_and_interrupt_keep_the_last_results_and_a_run_replaces_them(tmp_path):
     last = tmp_path / "last-run.json"
     last.write_text('{"previous": true}')
@@ -27,17 +40,7 @@ def test_usage_error_and_interrupt_keep_the_last_results_and_a_run_replaces_them
     out, _ = p.communicate(timeout=300)
     assert p.returncode == 4, out
     assert json.loads(last.read_text()) == {"previous": True}
-    # Ctrl-C while a case runs (the worker hangs at its first step; SIGINT to the whole job)
-    env_fault = {"NUMABENCH_FAULT": "hang@step1"}
-    os.environ.update(env_fault)
-    try:
-        p = bench(tmp_path, "--numa-policies=default", "--param-sizes=1M")
-        time.sleep(8)
-        os.killpg(p.pid, signal.SIGINT)
-        out, _ = p.communicate(timeout=120)
-    finally:
-        os.environ.pop("NUMABENCH_FAULT")
-    assert p.returncode != 0, out
+    interrupted_while_a_case_runs(lambda: bench(tmp_path, "--numa-policies=default", "--param-sizes=1M"))
     assert json.loads(last.read_text()) == {"previous": True}
     assert not [f for f in tmp_path.iterdir() if f.name.startswith(".last-run")]
     p = bench(tmp_path, "--numa-policies=default", "--param-sizes=1M", "--numa-rounds=2")
@@ -53,8 +56,8 @@ def test_benchmark_json_is_replaced_whole_or_left_as_it_was(tmp_path):
     target.write_text('{"previous": true}')
 
     def pytest_run(*args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-p", "no:cacheprovider", "-q",
-                                 f"--benchmark-json={target}", f"--benchmark-storage=file://{tmp_path}/store", *args],
+        return subprocess.Popen([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-p", "no:cacheprovider",
+                                 "-q", f"--benchmark-json={target}", f"--benchmark-storage=file://{tmp_path}/store", *args],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
 
@@ -62,15 +65,7 @@ def test_benchmark_json_is_replaced_whole_or_left_as_it_was(tmp_path):
     out, _ = p.communicate(timeout=300)
     assert p.returncode == 4, out
     assert json.loads(target.read_text()) == {"previous": True}
-    os.environ["NUMABENCH_FAULT"] = "hang@step1"
-    try:
-        p = pytest_run("--numa-policies=default", "--param-sizes=1M")
-        time.sleep(8)
-        os.killpg(p.pid, signal.SIGINT)
-        out, _ = p.communicate(timeout=120)
-    finally:
-        os.environ.pop("NUMABENCH_FAULT")
-    assert p.returncode != 0, out
+    interrupted_while_a_case_runs(lambda: pytest_run("--numa-policies=default", "--param-sizes=1M"))
     assert json.loads(target.read_text()) == {"previous": True}
     assert not [f.name for f in tmp_path.iterdir() if f.name.startswith(".run.json")]
     p = pytest_run("--numa-policies=default", "--param-sizes=1M", "--numa-rounds=2")

@@ -95,7 +95,29 @@ class Worker:
     """One rank's side of a family (``families/<key>/worker.py`` defines ``Worker``)."""
 
     def __init__(self, spec: "WorkerSpec | Mapping[str, Any]") -> None:
+        from numabench.workers.inject import SlowdownPad
+
         self.spec = spec if isinstance(spec, WorkerSpec) else WorkerSpec.from_dict(spec)
+        self.numel = self.spec.numel
+        self.pad = SlowdownPad()  # pads timed phases where the family injects a slowdown
+
+    def torch_dtype(self) -> Any:
+        from numabench.workers.hostmem import torch_dtype
+
+        return torch_dtype(self.spec.dtype)
+
+    def cuda_device(self) -> Any:
+        import torch
+
+        if self.spec.gpu is None:
+            raise ValueError(f"rank {self.spec.rank} of a GPU family was given no GPU")
+        return torch.device("cuda", self.spec.gpu)
+
+    def cpu_threads(self) -> int:
+        """Threads for CPU work: one per CPU the rank is bound to, else torch's default."""
+        import torch
+
+        return len(self.spec.cpus) if self.spec.cpus else torch.get_num_threads()
 
     def setup(self) -> dict:
         """Allocate, place, touch, check correctness; info for the parent (placement report, limits)."""

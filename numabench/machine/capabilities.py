@@ -18,7 +18,6 @@ from pathlib import Path
 from numabench.numa.weights import WEIGHTS_DIR, auto_mode_file
 
 WEIGHTED_KERNEL = (6, 9)
-WEIGHTED_NUMACTL = (2, 0, 19)
 
 
 @dataclass(frozen=True)

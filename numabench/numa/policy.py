@@ -118,10 +118,6 @@ class Policy:
         return _MODE[self.kind]
 
     @property
-    def needs_weighted_interleave(self) -> bool:
-        return self.kind == "weighted"
-
-    @property
     def weight_map(self) -> dict[int, int]:
         return dict(zip(self.nodes, self.weights))
 

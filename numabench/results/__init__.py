@@ -1,1 +1,2 @@
-"""Results: storage of runs, the entry schema, comparison and the regression gate's decision, merging, imports, tables, plots, reports."""
+"""Results: storage of runs, the entry schema, comparison and the regression gate's
+decision, merging, imports, tables, plots, reports."""

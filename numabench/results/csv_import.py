@@ -1,4 +1,4 @@
-"""The seed benchmark's CSV -> a pytest-benchmark-shaped run JSON (the inverse of seedcsv).
+"""The seed benchmark's CSV -> a pytest-benchmark-shaped run JSON (the inverse of seed_csv).
 
 The seed's scripts (numa-gpu-adam-bench) wrote, per configuration, the mean
 latency of each phase::

@@ -264,15 +264,3 @@ def adam_offload_table(path: str | Path | dict, policy: str | None = None) -> st
             f"| {ph['d2h']['ms']:.3f} ({ph['d2h']['GBps']:.1f}, {ph['d2h'].get('pct_of_pinned_d2h', 0):.0f}%) "
             f"| {ph['step']['ms']:.3f} | {ph['step'].get('ratio_to_lower_bound', 0):.2f} | {vs_torch} | {speedup} |")
     return "\n".join(out)
-
-
-def family_table(path: str | Path | dict, family: str) -> str:
-    """Generic: one row per entry with its id, median ms and GB/s."""
-    data = _as_run(path)
-    out = ["| case | median ms | IQR ms | GB/s |", "|---|---|---|---|"]
-    for b in sorted(data["benchmarks"], key=lambda b: b["name"]):
-        x = b["extra_info"]
-        if x.get("family") != family:
-            continue
-        out.append(f"| {b['param']} | {_median_ms(b):.3f} | {b['stats']['iqr'] * 1e3:.3f} | {x.get('GBps', '')} |")
-    return "\n".join(out)

@@ -1,6 +1,9 @@
 """Benchmark workers: processes re-exec'd under a policy, driven over pipes.
 
-``group`` is the parent side (spawn, lockstep, timeouts, teardown); ``main``
-the worker side (protocol loop); each family's per-rank work lives in its own
-module here and imports torch only if it needs it.
+``run`` runs one case end to end (weights, launch, placement check, timed
+rounds); ``group`` is the parent side (spawn, lockstep, time-outs, teardown);
+``main`` the worker side (protocol loop, fault points); ``protocol`` the line
+format; ``hostmem`` placed pinned buffers; ``inject`` the gate's slowdown pad.
+Each family's per-rank work is its ``numabench/families/<key>/worker.py``, which
+imports torch only if it needs it.
 """

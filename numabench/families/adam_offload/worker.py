@@ -18,8 +18,7 @@ from numabench.families.adam_offload.schedule import OverlappedStep, Schedule
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.workers.hostmem import allocate, torch_dtype
-from numabench.workers.inject import SlowdownPad
+from numabench.workers.hostmem import allocate
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 LIMIT_HOST_BYTES = 256 * 2**20
@@ -31,9 +30,9 @@ MIN_CHUNK_BYTES = 4 * 2**20
 
 
 def auto_chunk(numel: int, itemsize: int) -> int:
-    """Pipeline chunk in elements: about 8 MiB per tensor (the sweep on H100 in
-    docs/PERF.md: 256K-element chunks are launch-bound, 2-8 MiB chunks within
-    noise of each other), but at least 8 chunks so fill and drain stay short,
+    """Pipeline chunk in elements: about 8 MiB per tensor (docs/RESULTS.md, "Chunk size
+    and overlap schedules": 256K-element chunks are launch-bound, 1M-4M-element chunks
+    within a few percent of each other), but at least 8 chunks so fill and drain stay short,
     and never under 4 MiB per tensor: Python issues 8 operations per chunk, and
     below that the pipeline is launch-bound (1.84M elements in 8 chunks ran at
     0.44x of serial on H100)."""
@@ -91,10 +90,8 @@ class Worker(BaseWorker):
         spec = self.spec
         import torch
 
-        self.pad = SlowdownPad()
-        self.numel = spec.numel
-        self.dtype = torch_dtype(spec.dtype)
-        self.device = torch.device("cuda", spec.gpu)
+        self.dtype = self.torch_dtype()
+        self.device = self.cuda_device()
         # alloc is a case axis, not a worker axis: every variant of one worker run carries the same value
         allocs = {v["alloc"] for v in spec.variants if "alloc" in v}
         if len(allocs) > 1:

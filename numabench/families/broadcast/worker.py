@@ -15,7 +15,7 @@ import time
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.workers.hostmem import allocate, torch_dtype
+from numabench.workers.hostmem import allocate
 
 CHUNK_ENV = "NUMABENCH_BCAST_CHUNK_BYTES"
 MAX_CHUNK_BYTES = 16 * 2**20
@@ -52,8 +52,7 @@ class Worker(BaseWorker):
     def __init__(self, spec: WorkerSpec | dict) -> None:
         super().__init__(spec)
         spec = self.spec
-        self.numel = spec.numel
-        self.dtype = torch_dtype(spec.dtype)
+        self.dtype = self.torch_dtype()
         methods = [v.get("method", "pageable") for v in spec.variants]
         self.methods = list(dict.fromkeys(methods))
         for m in self.methods:

@@ -17,8 +17,7 @@ from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.families.cpu_adam import IMPLS
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.workers.hostmem import allocate, torch_dtype
-from numabench.workers.inject import SlowdownPad
+from numabench.workers.hostmem import allocate
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 
@@ -33,13 +32,8 @@ class Worker(BaseWorker):
 
     def __init__(self, spec: WorkerSpec | dict) -> None:
         super().__init__(spec)
-        spec = self.spec
-        self.pad = SlowdownPad()
-        import torch
-
-        self.numel = spec.numel
-        self.dtype = torch_dtype(spec.dtype)
-        self.threads = len(spec.cpus) if spec.cpus else torch.get_num_threads()
+        self.dtype = self.torch_dtype()
+        self.threads = self.cpu_threads()
         self.step_no = 0
 
     def setup(self) -> dict:

@@ -6,8 +6,6 @@ pipeline): uint8 -> float, random crop, bilinear resize back to the output
 size, random horizontal flip, per-channel normalisation. Every sample is a
 function of (seed, index) only, so runs are reproducible and the loader
 workers do real CPU work per sample.
-
-``SyntheticTokens``: random token sequences for the language-model families.
 """
 from __future__ import annotations
 
@@ -65,18 +63,3 @@ class InfiniteSampler(torch.utils.data.Sampler):
         while True:
             yield i % self.length
             i += 1
-
-
-class SyntheticTokens(Dataset):
-    """Random token ids; ``__getitem__`` gives (input, target) shifted by one."""
-
-    def __init__(self, length: int, seq_len: int, vocab: int, seed: int = 0) -> None:
-        self.length, self.seq_len, self.vocab, self.seed = length, seq_len, vocab, seed
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
-        seq = torch.randint(0, self.vocab, (self.seq_len + 1,), generator=g)
-        return seq[:-1].clone(), seq[1:].clone()

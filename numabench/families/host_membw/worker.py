@@ -14,19 +14,13 @@ from numabench.families.base import WorkerSpec
 from numabench.kernels import stream
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.workers.hostmem import allocate
-from numabench.workers.inject import SlowdownPad
 
 
 class Worker(BaseWorker):
 
     def __init__(self, spec: WorkerSpec | dict) -> None:
         super().__init__(spec)
-        spec = self.spec
-        self.pad = SlowdownPad()
-        import torch
-
-        self.numel = spec.numel
-        self.threads = len(spec.cpus) if spec.cpus else torch.get_num_threads()
+        self.threads = self.cpu_threads()
 
     def setup(self) -> dict:
         import torch

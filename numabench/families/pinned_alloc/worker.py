@@ -21,7 +21,6 @@ from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.numa.placement import Expectation, compare, pages_report
 from numabench.numa.policy import Policy
-from numabench.workers.hostmem import torch_dtype
 
 PROT_READ, PROT_WRITE = 1, 2
 MAP_PRIVATE, MAP_ANONYMOUS = 0x02, 0x20
@@ -116,12 +115,10 @@ class Worker(BaseWorker):
     def __init__(self, spec: WorkerSpec | dict) -> None:
         super().__init__(spec)
         spec = self.spec
-        import torch
 
-        self.dtype = torch_dtype(spec.dtype)
-        self.numel = spec.numel
+        self.dtype = self.torch_dtype()
         self.nbytes = self.numel * spec.itemsize
-        self.device = torch.device("cuda", spec.gpu)
+        self.device = self.cuda_device()
         names = [v.get("allocator", "register") for v in spec.variants]
         self.allocators = list(dict.fromkeys(["register", *names]))
         self.page = os.sysconf("SC_PAGE_SIZE")

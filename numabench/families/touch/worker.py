@@ -13,7 +13,6 @@ import time
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.workers.inject import SlowdownPad
 
 
 class Worker(BaseWorker):
@@ -21,7 +20,6 @@ class Worker(BaseWorker):
     def __init__(self, spec: WorkerSpec | dict) -> None:
         super().__init__(spec)
         spec = self.spec
-        self.pad = SlowdownPad()
         self.nbytes = spec.numel * spec.itemsize
         self.round = 0
         self.buf: mmap.mmap | None = None

@@ -17,8 +17,7 @@ import threading
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.workers.hostmem import allocate, torch_dtype
-from numabench.workers.inject import SlowdownPad
+from numabench.workers.hostmem import allocate
 
 ALLOC_OF = {"pinned": "register", "pageable": "pageable"}
 
@@ -28,12 +27,8 @@ class Worker(BaseWorker):
     def __init__(self, spec: WorkerSpec | dict) -> None:
         super().__init__(spec)
         spec = self.spec
-        import torch
-
-        self.pad = SlowdownPad()
-        self.numel = spec.numel
-        self.dtype = torch_dtype(spec.dtype)
-        self.device = torch.device("cuda", spec.gpu)
+        self.dtype = self.torch_dtype()
+        self.device = self.cuda_device()
         kinds = [v.get("memory", "pinned") for v in spec.variants]
         self.kinds = list(dict.fromkeys(kinds)) or ["pinned"]
         for k in self.kinds:
