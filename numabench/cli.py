@@ -4,10 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
-from numabench.errors import NumabenchError
+from numabench.errors import NumabenchError, UsageError
 from numabench.results.compare import DEFAULT_THRESHOLD
+from numabench.results.formats import FORMATS
 
 
 def cmd_topo(ns: argparse.Namespace) -> int:
@@ -91,10 +93,26 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    from numabench.results.compare import compare_runs, render
+    from numabench.results.compare import compare_runs
+    from numabench.results.formats import render_as
 
-    res = compare_runs(ns.old, ns.new, threshold=ns.threshold, allow_foreign=ns.allow_foreign)
-    print(render(res, show="changed" if ns.changed_only else "all"))
+    if len(ns.runs) > 2:
+        raise UsageError(f"compare takes [BASELINE] NEW: got {len(ns.runs)} runs ({' '.join(ns.runs)})")
+    if len(ns.runs) == 2:
+        old, new = ns.runs
+    else:  # the newest baseline of NEW's hardware key
+        from numabench.machine.hwkey import run_hardware_key
+        from numabench.results.seed_csv import load_run
+        from numabench.results.storage import check_baselines
+
+        new = ns.runs[0]
+        key = run_hardware_key(load_run(new))
+        if not key:
+            raise UsageError(f"{new} records no hardware key: name the baseline (numabench compare BASELINE NEW)")
+        old = str(check_baselines(Path(ns.storage) / key, True, key)[0])
+    res = compare_runs(old, new, threshold=ns.threshold, allow_foreign=ns.allow_foreign)
+    show = "changed" if ns.changed_only or (ns.format == "markdown" and not ns.all) else "all"
+    sys.stdout.write(render_as(res, ns.format, show=show))
     return res.exit_code
 
 
@@ -166,12 +184,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("compare", help="judge run NEW against baseline OLD: slower or faster only beyond the "
                                        "baseline's band of invocation medians by more than the threshold; exit 1 "
                                        "on a regression")
-    p.add_argument("old", help="baseline run JSON")
-    p.add_argument("new", help="new run JSON")
+    p.add_argument("runs", nargs="+", metavar="[BASELINE] NEW",
+                   help="the baseline run JSON and the new one; NEW alone: the newest baseline of NEW's hardware "
+                        "key under --storage")
+    p.add_argument("--storage", default="baselines", help="where baselines live, by hardware key (default baselines)")
     p.add_argument("--threshold", default=DEFAULT_THRESHOLD,
                    help=f"how far beyond the band a value must lie (default {DEFAULT_THRESHOLD.replace('%', '%%')})")
     p.add_argument("--allow-foreign", action="store_true", help="compare runs from different hardware keys")
     p.add_argument("--changed-only", action="store_true", help="list only benchmarks whose verdict is not 'same'")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text (terminal), markdown (a CI job summary: changed entries unless --all), github "
+                        "(GitHub Actions annotations: an error per regression), json (for other CI systems)")
+    p.add_argument("--all", action="store_true", help="markdown: every entry, not only the changed ones")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("merge", help="join saved runs of one hardware key into one baseline run (an entry several "
                                      "runs measured: its invocations pooled)")

@@ -39,6 +39,9 @@ from numabench.results.seed_csv import load_run
 FASTER, SLOWER, SAME, NO_BASELINE, NO_DATA = "faster", "slower", "same", "no baseline", "no data"
 DEFAULT_THRESHOLD = "3%"
 MIN_EXCESS_S = 2e-6
+# extra_info["gate"][CONFIRM_INVOCATIONS]: how many of an entry's last invocation medians were
+# the gate's confirmation (they re-ran because the others were judged slower)
+CONFIRM_INVOCATIONS = "confirm_invocations"
 MIN_BAND_INVOCATIONS = 3  # fewer: the band says little about the noise between invocations
 
 
@@ -208,8 +211,14 @@ def compare_runs(baseline: str | Path | dict, new: str | Path | dict, *, thresho
     olds = {x["fullname"]: x for x in a["benchmarks"]}
     for nb in b["benchmarks"]:
         meds = invocation_medians(nb)
-        res.rows.append(judge_entry(nb.get("name", nb["fullname"]), nb["fullname"], olds.get(nb["fullname"]),
-                                    meds, threshold_pct))
+        # A gated run's last invocations may be its confirmation: judged as the gate judged them.
+        k = int(((nb.get("extra_info") or {}).get("gate") or {}).get(CONFIRM_INVOCATIONS) or 0)
+        first, confirmation = (meds[:-k], meds[-k:]) if 0 < k < len(meds) else (meds, [])
+        row = judge_entry(nb.get("name", nb["fullname"]), nb["fullname"], olds.get(nb["fullname"]), first,
+                          threshold_pct)
+        if confirmation:
+            row = confirm(row, confirmation, threshold_pct)
+        res.rows.append(row)
     news = {x["fullname"] for x in b["benchmarks"]}
     res.only_baseline = [f for f in olds if f not in news]
     return res

@@ -1,0 +1,102 @@
+"""A comparison's verdicts for a CI system: Markdown (a job summary), GitHub Actions
+workflow commands (one annotation per regression) and JSON (anything else)."""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from typing import Any
+
+from numabench.results.compare import (HEADER, SLOWER, CompareResult, Row, format_table, render, summary_lines,
+                                       table_rows)
+
+FORMATS = ("text", "markdown", "github", "json")
+
+
+def render_markdown(res: CompareResult, *, show: str = "changed") -> str:
+    """A Markdown summary: the verdict line, the table (``show``: all, or changed: every row
+    that is not "same"), the summary lines."""
+    rows = res.rows if show == "all" else [r for r in res.rows if r.verdict != "same"]
+    status = (f"**{len(res.regressions)} regression(s)**" if res.regressions
+              else "**no regression**")
+    out = [f"### numabench gate: {status}", "",
+           f"baseline `{res.baseline}` [`{res.baseline_key}`], new `{res.new}` [`{res.new_key}`]; slower means beyond "
+           f"the baseline's band of invocation medians by more than {res.threshold_pct:g}%, confirmed by fresh "
+           "invocations where the run made them.", ""]
+    if rows:
+        out.append("| " + " | ".join(HEADER) + " |")
+        out.append("|" + "---|" * len(HEADER))
+        for cells in table_rows(rows):
+            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        out.append("")
+    elif show != "all":
+        out += ["Every compared entry is within its band.", ""]
+    out += [f"- {line}" for line in summary_lines(res)]
+    return "\n".join(out) + "\n"
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _describe(row: Row) -> str:
+    band = row.band
+    text = (f"{row.name}: {row.new_value * 1e3:.4g} ms, baseline band {band.low * 1e3:.4g}-{band.high * 1e3:.4g} ms "
+            f"({band.invocations} invocations), {row.beyond_band_pct:+.1f}% beyond it")
+    if row.confirm_medians:
+        text += f"; confirmation {statistics.median(row.confirm_medians) * 1e3:.4g} ms: {row.confirmed_text}"
+    return text
+
+
+def render_github(res: CompareResult) -> str:
+    """GitHub Actions workflow commands: an error per regression, a warning per entry judged
+    slower that its confirmation did not confirm, a notice with the summary."""
+    lines = []
+    for row in res.rows:
+        if row.regression:
+            lines.append(f"::error title={_escape_property('numabench regression ' + row.name)}::"
+                         f"{_escape_data(_describe(row))}")
+        elif row.verdict == SLOWER:
+            lines.append(f"::warning title={_escape_property('numabench: not confirmed ' + row.name)}::"
+                         f"{_escape_data(_describe(row))}")
+    lines.append(f"::notice title=numabench gate::{_escape_data('; '.join(summary_lines(res)))}")
+    return "\n".join(lines) + "\n"
+
+
+def _num(v: float | None) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def to_json(res: CompareResult) -> dict[str, Any]:
+    """Everything the table says, as data (seconds, percent)."""
+    return {
+        "baseline": res.baseline, "new": res.new, "baseline_key": res.baseline_key, "new_key": res.new_key,
+        "threshold_pct": res.threshold_pct, "counts": res.counts(), "regressions": len(res.regressions),
+        "geomean_ratio": res.geomean_ratio, "exit_code": res.exit_code, "only_baseline": res.only_baseline,
+        "entries": [{
+            "name": r.name, "fullname": r.fullname, "verdict": r.verdict, "confirmation": r.confirm_verdict,
+            "regression": r.regression,
+            "band_s": None if r.band is None else [r.band.low, r.band.high],
+            "band_invocations": None if r.band is None else r.band.invocations,
+            "baseline_s": None if r.band is None else r.band.center,
+            "new_s": _num(r.new_value), "new_medians_s": r.new_medians, "confirm_medians_s": r.confirm_medians,
+            "change_pct": r.change_pct, "beyond_band_pct": r.beyond_band_pct,
+        } for r in res.rows],
+        "summary": summary_lines(res),
+    }
+
+
+def render_as(res: CompareResult, fmt: str, *, show: str = "all") -> str:
+    if fmt == "text":
+        return render(res, show=show) + "\n"
+    if fmt == "markdown":
+        return render_markdown(res, show=show)
+    if fmt == "github":
+        return render_github(res)
+    if fmt == "json":
+        return json.dumps(to_json(res), indent=2) + "\n"
+    raise ValueError(f"unknown format {fmt!r}: allowed {', '.join(FORMATS)}")
