@@ -143,6 +143,10 @@ class CaseResult:
     extra: dict[str, Any] = field(default_factory=dict)
     # Each invocation's rounds per phase (fresh workers, fresh buffers); empty: one, ``phases``
     invocations: list[dict[str, list[float]]] = field(default_factory=list)
+    # the invocation's wall time apart from its steps (start, set-up, checks, teardown), and the
+    # mean wall time of one step request (any variant): what a time plan needs
+    fixed_s: float = 0.0
+    step_wall_s: float = 0.0
 
     def median(self, phase: str) -> float:
         return statistics.median(self.phases[phase])
@@ -163,7 +167,7 @@ def default_policies(topology: Topology) -> list[Policy]:
     if len(mem) < 2:
         texts.append(f"bind:{far}")  # shows as skipped: no second node
     texts += [f"preferred:{far}", f"preferred-many:{near},{far}", "interleave:all", f"interleave:{near},{far}",
-              f"weighted:{near}=1,{far}=1", f"weighted:{near}=1,{far}=3"]
+              f"weighted:{near}=1,{far}=1", f"weighted:{near}=1,{far}=3", f"weighted:{near}=3,{far}=1"]
     if len(cxl) > 1:
         texts.append("interleave:" + ",".join(map(str, [near, *cxl])))
     seen: dict[str, Policy] = {}

@@ -128,6 +128,20 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     return res.exit_code
 
 
+def cmd_plan(ns: argparse.Namespace) -> int:
+    import subprocess
+
+    args = ns.pytest_args or ["benchmarks"]
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                         capture_output=True, text=True)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("numabench plan:")]
+    if out.returncode not in (0, 5) or not lines:
+        sys.stderr.write(out.stdout[-3000:] + out.stderr[-3000:])
+        return out.returncode or 1
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_merge(ns: argparse.Namespace) -> int:
     from numabench.results.merge import merge_runs, write_run
 
@@ -218,11 +232,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--base-env", action="append", metavar="NAME=VALUE", help="environment for base runs")
     p.add_argument("--head-env", action="append", metavar="NAME=VALUE", help="environment for head runs")
     p.set_defaults(func=cmd_ab, pytest_args=None)
+    p = sub.add_parser("plan", help="the time plan of a benchmark run without running it: entries, worker runs, "
+                                    "estimated minutes per family", usage="numabench plan [PYTEST_ARGS...]")
+    p.set_defaults(func=cmd_plan, pytest_args=None)
     argv = list(sys.argv[1:] if argv is None else argv)
     pytest_args = None
     if argv and argv[0] == "ab" and "--" in argv:  # what follows -- selects the benchmarks
         cut = argv.index("--")
         argv, pytest_args = argv[:cut], argv[cut + 1:]
+    elif argv and argv[0] == "plan":  # everything after plan goes to pytest
+        argv, pytest_args = argv[:1], argv[1:]
     ns = parser.parse_args(argv)
     if pytest_args is not None:
         ns.pytest_args = pytest_args

@@ -163,6 +163,8 @@ class Family:
     spec_extra: Callable[["Case"], dict] | None = None
     # its workers pad their timed phases for NUMABENCH_INJECT_SLOWDOWN (real extra work)
     injects_slowdown: bool = False
+    # the phases whose times add up to one round (None: all of them); for the time plan
+    round_phases: tuple[str, ...] | None = None
 
     def axis_values(self, overrides: dict[str, list[str]] | None = None) -> dict[str, tuple[str, ...]]:
         """The extra axes' values for a run: defaults, or what --numa-axis names (validated)."""

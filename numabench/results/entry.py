@@ -5,7 +5,7 @@ gate read these keys.
 
 extra_info of every entry: ``family, phase, nprocess, numel, numel_per_rank, dtype,
 policy``, one key per further axis (impl, schedule, ...), ``hardware_key``; of a measured
-entry also ``launcher, placement, per_rank_median_s, rounds, invocation_medians_s`` and
+entry also ``launcher, placement, per_rank_median_s, rounds, run_fixed_s, run_step_wall_s, invocation_medians_s`` and
 (with an injected slowdown) ``injected_slowdown``; then the family's metrics (bytes,
 GB/s, limits, ...).
 """
@@ -17,6 +17,7 @@ from numabench.results.invocations import INVOCATION_MEDIANS
 
 if TYPE_CHECKING:
     from numabench.cases import Case, CaseResult
+    from numabench.families.base import Family
 
 
 def entry_param(case: "Case", phase: str) -> str:
@@ -44,6 +45,21 @@ def case_fields(case: "Case", phase: str, hardware_key: str) -> dict[str, Any]:
             **{k: v for k, v in case.extra}, "hardware_key": hardware_key}
 
 
+def case_of_entry(extra: dict[str, Any], family: "Family") -> "Case | None":
+    """The case an entry's extra_info describes (the inverse of case_fields), or None where it
+    does not say enough."""
+    from numabench.cases import Case
+    from numabench.errors import NumabenchError
+    from numabench.numa.policy import Policy
+
+    try:
+        axes = tuple((a, str(extra[a])) for a in family.extra_axes if a in extra)
+        return Case(family.key, int(extra["nprocess"]), int(extra["numel"]), Policy.parse(str(extra["policy"])),
+                    str(extra["dtype"]), axes)
+    except (KeyError, ValueError, TypeError, NumabenchError):
+        return None
+
+
 def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, metrics: dict[str, Any]) -> dict[str, Any]:
     """extra_info of an entry measured by this suite."""
     extra = {
@@ -52,6 +68,7 @@ def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, met
         "placement": [p.to_dict() for p in result.placement],
         "per_rank_median_s": [sorted(r[phase])[len(r[phase]) // 2] for r in result.per_rank],
         "rounds": len(result.phases[phase]),
+        "run_fixed_s": round(result.fixed_s, 3), "run_step_wall_s": result.step_wall_s,
         INVOCATION_MEDIANS: result.invocation_medians(phase),
         **metrics,
     }

@@ -7,8 +7,15 @@ import math
 import statistics
 from typing import Any
 
-from numabench.results.compare import (HEADER, SLOWER, CompareResult, Row, format_table, render, summary_lines,
-                                       table_rows)
+from numabench.results.compare import (
+    HEADER,
+    SLOWER,
+    CompareResult,
+    Row,
+    render,
+    summary_lines,
+    table_rows,
+)
 
 FORMATS = ("text", "markdown", "github", "json")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+import time
 from typing import Any
 
 from numabench import faults as faultlib
@@ -86,6 +87,7 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     from numabench.workers.group import WorkerGroup
 
     results = []
+    t0 = time.perf_counter()
     with weights, WorkerGroup(commands, worker_env(), timeout_s=timeout_s) as group:
         infos = group.setup([spec.to_dict() for spec in specs])
         placements = []
@@ -102,6 +104,7 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
         # Variants take turns round by round, so slow drifts of a shared machine
         # (other tenants, clocks, page migration) hit every variant alike.
         payloads = [{"variant": dict(v)} for v in variants]
+        t_steps = time.perf_counter()
         for _ in range(warmup):
             for payload in payloads:
                 group.step(payload)
@@ -115,9 +118,14 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
                         per_rank[k][i].setdefault(ph, []).append(v)
                 for ph in times[0]:
                     phases[k].setdefault(ph, []).append(max(t[ph] for t in times))
+        steps_s = time.perf_counter() - t_steps
         for k, variant in enumerate(variants):
             results.append(CaseResult(case=Case(case.family, case.nprocess, case.numel, case.policy, case.dtype,
                                                 variant),
                                       phases=phases[k], per_rank=per_rank[k], setup_info=infos,
                                       placement=placements, launcher=how, commands=commands, slowdown=slowdown))
+    # The run's cost, for time plans: fixed (start, set-up, checks, teardown) and per step request
+    fixed_s = time.perf_counter() - t0 - steps_s
+    for r in results:
+        r.fixed_s, r.step_wall_s = fixed_s, steps_s / max(1, (warmup + rounds) * len(variants))
     return results

@@ -55,6 +55,7 @@ FAMILY = Family(
     key="adam_offload",
     description="Offloaded Adam step: H2D of param/grad/moments, fused Adam on the GPU, D2H of param/moments.",
     phases=("h2d", "compute", "d2h", "step"),
+    round_phases=("step",),
     needs_gpu=True,
     default_sizes=SEED_SIZES,
     default_dtypes=("fp32", "bf16"),

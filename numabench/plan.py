@@ -1,0 +1,148 @@
+"""The time plan of a run: how long its worker runs will take, before they start.
+
+A worker run costs its set-up (workers started, memory placed and checked, ceilings
+measured) plus ``warm-up + rounds`` rounds of each variant it times. Both come from the
+baseline of this hardware key where it holds the run's entries (``extra_info.setup_s``
+and the medians of the phases that make up a round); otherwise from a model: the placed
+host bytes per rank, moved about twice per round at ``MODEL_GBPS`` (GPU families: a PCIe
+copy; CPU families: memory bandwidth of a few cores), and placed once at set-up at
+``MODEL_PLACE_GBPS`` (first touch, pinning), plus a fixed start-up cost. The model is a
+floor for a machine never measured; the baseline is the estimate to trust.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from numabench.cases import Case
+    from numabench.families.base import Family
+
+MODEL_GBPS = {"gpu": 20.0, "cpu": 8.0}  # bytes moved per round: PCIe H2D+D2H / host memory, conservative
+MODEL_PLACE_GBPS = 2.0  # first touch + cudaHostRegister of the placed state
+MODEL_START_S = {"gpu": 8.0, "cpu": 2.0}  # interpreter, torch import, CUDA context, correctness checks
+MODEL_ROUND_OVERHEAD_S = 0.002
+# a family's kernels are checked (cached: a child loads them) or built once per session
+KERNEL_CACHED_S = 1.5
+KERNEL_BUILD_S = {"stream": 20.0, "cpu_adam": 45.0, "cuda_adam": 120.0}
+
+
+def kernel_seconds(kernel: str) -> float:
+    from numabench.kernels.build import build_root
+
+    cached = any(build_root().glob(f"numabench_{kernel}-*/*.so"))
+    return KERNEL_CACHED_S if cached else KERNEL_BUILD_S.get(kernel, 60.0)
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+@dataclass
+class RunPlan:
+    """One worker run: a case's placed memory, timing ``variants`` in turn."""
+
+    key: str
+    family: str
+    entries: int
+    seconds: float
+    source: str  # "baseline" or "model"
+
+
+@dataclass
+class Plan:
+    runs: list[RunPlan] = field(default_factory=list)
+    baseline: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return sum(r.seconds for r in self.runs)
+
+    def by_family(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for r in self.runs:
+            out[r.family] = out.get(r.family, 0.0) + r.seconds
+        return out
+
+    def summary(self, tier: str | None = None) -> str:
+        """One line: cases, estimated minutes, per family, where the figures came from."""
+        entries = sum(r.entries for r in self.runs)
+        runs = self.runs
+        fams = ", ".join(f"{f} {duration(s)}" for f, s in sorted(self.by_family().items(), key=lambda x: -x[1]))
+        from_baseline = sum(r.source != "model" for r in runs)
+        source = (f"{from_baseline} of {len(runs)} runs timed from the baseline {self.baseline}"
+                  if self.baseline else "no baseline for this machine: model estimates")
+        if self.baseline and from_baseline < len(runs):
+            source += f", {len(runs) - from_baseline} modelled"
+        return (f"numabench plan: {entries} entries in {len(runs)} worker runs"
+                + (f" ({tier} tier)" if tier else "")
+                + f", ~{duration(self.seconds)}" + (f" ({fams})" if fams else "") + f"; {source}")
+
+
+def _kind(family: "Family", case: "Case", gpus: int) -> str:
+    return "gpu" if gpus and (family.needs_gpu or family.rank_kind == "gpu") else "cpu"
+
+
+def model_setup_seconds(family: "Family", case: "Case", gpus: int) -> float:
+    placed = case.numel_per_rank * family.host_bytes_per_element(case)
+    return MODEL_START_S[_kind(family, case, gpus)] + placed / (MODEL_PLACE_GBPS * 1e9)
+
+
+def model_seconds(family: "Family", case: "Case", variants: int, rounds: int, warmup: int, gpus: int) -> float:
+    placed = case.numel_per_rank * family.host_bytes_per_element(case)
+    per_round = 2 * placed / (MODEL_GBPS[_kind(family, case, gpus)] * 1e9) + MODEL_ROUND_OVERHEAD_S
+    return model_setup_seconds(family, case, gpus) + variants * (warmup + rounds) * per_round
+
+
+def baseline_seconds(family: "Family", entries: Sequence[dict], steps: int, setup_fallback_s: float,
+                     variants: int) -> tuple[float, str] | None:
+    """From the baseline's entries of this run, or None: its recorded fixed cost and wall time
+    per step request where saved (``run_fixed_s``, ``run_step_wall_s``), else the medians of
+    the phases that make up a round (every variant needed) and a modelled set-up."""
+    recorded = [(b["extra_info"]["run_fixed_s"], b["extra_info"]["run_step_wall_s"]) for b in entries
+                if (b.get("extra_info") or {}).get("run_step_wall_s")]
+    if recorded:
+        fixed = statistics.median(r[0] for r in recorded)
+        step = statistics.median(r[1] for r in recorded)
+        return fixed + steps * step, "baseline"
+    phases = family.round_phases or family.phases
+    per_variant: dict[str, float] = {}
+    for b in entries:
+        extra = b.get("extra_info") or {}
+        median = (b.get("stats") or {}).get("median")
+        if extra.get("phase") in phases and median:
+            variant = b["name"].split("-", 1)[1]  # the case id (its variant's axis values): the phase dropped
+            per_variant[variant] = per_variant.get(variant, 0.0) + median
+    if not per_variant or len(per_variant) < variants:
+        return None
+    round_s = sum(per_variant.values()) / len(per_variant)
+    return setup_fallback_s + steps * round_s, "baseline rounds, modelled set-up"
+
+
+def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], baseline: dict | None,
+              baseline_name: str | None, gpus: int) -> Plan:
+    """``runs``: (run key, family, one of its cases, variants, entries, rounds, warm-up) per worker run.
+    ``baseline``: the loaded baseline run of this hardware key (None: model only)."""
+    from numabench.cases import worker_run_key
+    from numabench.families import FAMILIES, family
+    from numabench.results.entry import case_of_entry
+
+    by_run: dict[str, list[dict]] = {}
+    for b in (baseline or {}).get("benchmarks", []):
+        extra = b.get("extra_info") or {}
+        if extra.get("family") not in FAMILIES:
+            continue
+        case = case_of_entry(extra, family(extra["family"]))
+        if case is not None:
+            by_run.setdefault(worker_run_key(case, family(case.family)), []).append(b)
+    plan = Plan(baseline=baseline_name if baseline else None)
+    checked: set[str] = set()  # kernels: checked or built before a family's first run
+    for key, fam, case, variants, entries, rounds, warmup in runs:
+        setup_fallback = model_setup_seconds(fam, case, gpus)
+        found = baseline_seconds(fam, by_run.get(key, []), variants * (warmup + rounds), setup_fallback, variants)
+        seconds, source = found if found else (model_seconds(fam, case, variants, rounds, warmup, gpus), "model")
+        seconds += sum(kernel_seconds(k) for k in fam.kernels if k not in checked)
+        checked.update(fam.kernels)
+        plan.runs.append(RunPlan(key, fam.key, entries, seconds, source))
+    return plan
