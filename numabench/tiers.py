@@ -3,8 +3,10 @@
 - ``smoke``: every family once: one process, its smallest default size, the default
   policy, its first dtype, the first value of each axis (minutes on one GPU: for
   every pull request);
-- ``ci`` (the default): each family's default sizes, dtypes and axes, one and all
-  GPUs, and one policy of each kind the machine can apply: ``default``, ``bind`` to
+- ``ci`` (the default): each family's default sizes, dtypes and axes (narrowed where a
+  family says so: ``Family.ci_sizes``, ``Family.ci_axis_values``, e.g. adam_offload's
+  own kernel only, train_step's tiny model), one and all GPUs, and one policy of each
+  kind the machine can apply: ``default``, ``bind`` to
   each memory node, ``interleave:all`` and a DRAM-heavy ``weighted`` 3:1 (near CPU
   node : far or CPU-less node) where there are two memory nodes or more; at most
   ``CI_MAX_ROUNDS`` rounds (the gate judges invocations, not rounds);
@@ -69,8 +71,8 @@ def selection(tier: str, family: "Family", topology: "Topology", caps: "Capabili
     if tier == "full":
         return Selection()
     if tier == "ci":
-        return Selection(policies=tuple(ci_policies(topology, caps)), axis_values=family.axis_values(),
-                         max_rounds=CI_MAX_ROUNDS)
+        return Selection(sizes=family.ci_sizes, policies=tuple(ci_policies(topology, caps)),
+                         axis_values={**family.axis_values(), **family.ci_axis_values}, max_rounds=CI_MAX_ROUNDS)
     return Selection(nprocess=(1,), sizes=(min(family.default_sizes),), policies=(Policy.parse("default"),),
                      dtypes=family.default_dtypes[:1],
                      axis_values={a: vals[:1] for a, vals in family.axis_values().items()}, max_rounds=CI_MAX_ROUNDS)

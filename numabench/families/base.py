@@ -165,6 +165,10 @@ class Family:
     injects_slowdown: bool = False
     # the phases whose times add up to one round (None: all of them); for the time plan
     round_phases: tuple[str, ...] | None = None
+    # the ci tier's narrower choice where the whole default matrix is more than a CI job can
+    # afford (numabench.tiers): sizes and axis values (None / absent: the defaults)
+    ci_sizes: tuple[int, ...] | None = None
+    ci_axis_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def axis_values(self, overrides: dict[str, list[str]] | None = None) -> dict[str, tuple[str, ...]]:
         """The extra axes' values for a run: defaults, or what --numa-axis names (validated)."""

@@ -73,6 +73,7 @@ FAMILY = GpuOrCpuFamily(
     host_bytes_per_element=lambda case: 3 * 224 * 224 * 4 * 8,  # a batch ~ 8 times over (prefetch, pin, dest)
     device_bytes_per_element=lambda case: 3 * 224 * 224 * 4,
     case_skip_reason=skip_reason,
+    ci_sizes=(32,),
     cpu_binding=lambda case: case.param("binding", "bound") == "bound",
     gpu_only=gpu_only,
     metrics=metrics,

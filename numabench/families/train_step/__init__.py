@@ -99,6 +99,7 @@ FAMILY = GpuOrCpuFamily(
     host_bytes_per_element=lambda case: (model_config(case.param("model", "tiny")).seq_len + 1) * 8 * POOL + 2**21,
     case_skip_reason=skip_reason,
     gpu_only=gpu_only,
+    ci_axis_values={"model": ("tiny",)},
     metrics=metrics,
     default_rounds=DEFAULT_ROUNDS,
     default_warmup=DEFAULT_WARMUP,
