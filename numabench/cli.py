@@ -18,6 +18,11 @@ def cmd_topo(ns: argparse.Namespace) -> int:
     from numabench.machine.topology import discover
 
     topo = discover(ns.root)
+    if ns.key:
+        from numabench.machine.hwkey import hardware_key
+
+        print(hardware_key(topo))
+        return 0
     caps = probe(first_node=(topo.memory_node_ids or (0,))[0])
     if ns.bandwidth:
         from numabench.tools.host_bandwidth import bandwidth_matrix, render_matrix
@@ -160,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("topo", help="show NUMA nodes, GPUs, distances, and what policies this machine can apply")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--bandwidth", action="store_true", help="also measure the node x node host bandwidth matrix")
+    p.add_argument("--key", action="store_true", help="print only this machine's hardware key (its baseline folder)")
     p.add_argument("--root", default="/", help=argparse.SUPPRESS)  # recorded trees in tests
     p.set_defaults(func=cmd_topo)
     p = sub.add_parser("build", help="compile the C++/CUDA kernels into the cache")

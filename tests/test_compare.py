@@ -169,8 +169,10 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert main(["compare", a, a, "--threshold", "lots"]) == 2
     (tmp_path / "bad.json").write_text("{not json")
     assert main(["compare", a, str(tmp_path / "bad.json")]) == 2
+    assert main(["compare", a, a, a]) == 2
+    assert "compare takes [BASELINE] NEW: got 3 runs" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        main(["compare", a])
+        main(["compare"])
     assert e.value.code == 2
     capsys.readouterr()
 
