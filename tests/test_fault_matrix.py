@@ -29,6 +29,7 @@ from numabench.kernels.build import TORCH_BATON, build_root
 ROOT = Path(__file__).resolve().parents[1]
 HANG_TIMEOUT_S = 4  # a step that gets no answer
 SETUP_TIMEOUT_S = 25  # set-up (imports torch, builds nothing: the parent built first)
+GPU_SETUP_S = 20  # what a GPU worker's set-up may add before step 2
 BUILD_TIMEOUT_S = 30  # a build child starts Python and torch first: seconds on a loaded 2-core runner
 
 FAMILIES = {  # family -> arguments selecting two small cases of one variant
@@ -138,6 +139,10 @@ def test_fault_fails_its_case_and_the_next_runs(family, moment, kind, tmp_path, 
     # within its time-out
     limit = {"kill": 20, "raise": 20}.get(kind) or (
         BUILD_TIMEOUT_S if moment == "build" else SETUP_TIMEOUT_S if moment in ("setup", "load") else HANG_TIMEOUT_S) + 10
+    if family in GPU_FAMILIES and moment == "step2":
+        # a GPU worker's set-up comes first: CUDA context, correctness checks, copy ceilings
+        # (H100: a step-2 hang failed its case 18.7 s after the start, 14 s of it set-up)
+        limit += GPU_SETUP_S
     assert first[1] < limit, (first[1], limit)
     assert wall < 200
     # nothing left behind: no worker, no temporary file, no held or stale build lock

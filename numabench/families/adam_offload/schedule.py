@@ -81,13 +81,14 @@ def int_view(t: Any) -> Any:
 class OverlappedStep:
     """One overlapped step under ``schedule`` over host buffers (``HostBuffer`` per name)
     and device tensors. ``streams``: (h2d, compute, d2h) to use (the worker's own);
-    made here otherwise. ``pad``: the injected-slowdown pad (numabench.workers.inject)."""
+    made here otherwise."""
 
     def __init__(self, device: Any, schedule: Schedule, host: Mapping[str, Any], dev: Mapping[str, Any], *,
-                 streams: Sequence[Any] | None = None, pad: Any = None) -> None:
+                 streams: Sequence[Any] | None = None) -> None:
         import torch
 
-        self.device, self.s, self.host, self.dev, self.pad = device, schedule, host, dev, pad
+        self.device, self.s, self.host, self.dev = device, schedule, host, dev
+        self.pad: Any = None
         if streams is not None and schedule.h2d_streams == 1 and not schedule.priority:
             self.h2d_streams, self.comp, self.d2h = [streams[0]], streams[1], streams[2]
         else:
@@ -104,10 +105,14 @@ class OverlappedStep:
         if self.pad is not None:
             self.pad.gpu(key, stream, share=share)
 
-    def run(self, fn: Callable[..., Any], hyper: Mapping[str, Any], pad_key: tuple = ()) -> dict[str, float]:
-        """``fn(param, grad, exp_avg, exp_avg_sq, **hyper)`` chunk by chunk; seconds per phase."""
+    def run(self, fn: Callable[..., Any], hyper: Mapping[str, Any], pad_key: tuple = (),
+            pad: Any = None) -> dict[str, float]:
+        """``fn(param, grad, exp_avg, exp_avg_sq, **hyper)`` chunk by chunk; seconds per phase.
+        ``pad``: the injected-slowdown pad (numabench.workers.inject) this step pads with (the
+        caller's current one: a test swaps the worker's pad between steps)."""
         import torch
 
+        self.pad = pad
         s, d, h, hd = self.s, self.dev, self.host, self.host_dev
         n = d["param"].numel()
         chunks = [(i, min(s.chunk, n - i)) for i in range(0, n, s.chunk)]

@@ -135,7 +135,7 @@ class Worker(BaseWorker):
         self.streams = [torch.cuda.Stream(self.device) for _ in range(3)]
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         self.overlapped = OverlappedStep(self.device, Schedule(self.chunk), self.host, self.dev,
-                                         streams=self.streams, pad=self.pad)
+                                         streams=self.streams)
         limits = self._copy_limits()
         return {"placement": placement.to_dict(), "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
                 "bytes_h2d": 4 * self.numel * self.host["param"].tensor.element_size(),
@@ -195,7 +195,7 @@ class Worker(BaseWorker):
         fn = self.impls[impl]
         self.step_no += 1
         pad_key = (impl, schedule)
-        times = (self.overlapped.run(fn, self._hyper(), pad_key) if schedule == "overlap"
+        times = (self.overlapped.run(fn, self._hyper(), pad_key, pad=self.pad) if schedule == "overlap"
                  else self._step_serial(fn, pad_key))
         for phase in ("h2d", "compute", "d2h"):
             self.pad.observe((pad_key, phase), times[phase])
