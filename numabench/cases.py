@@ -95,6 +95,9 @@ class Case:
     def param(self, name: str, default: str | None = None) -> str | None:
         return dict(self.extra).get(name, default)
 
+    def __str__(self) -> str:  # what pytest-benchmark's --group-by=param:numa_case shows
+        return self.id
+
 
 def parse_axis_option(text: str) -> tuple[str, list[str]]:
     """'alloc=register,torch' -> ('alloc', ['register', 'torch'])."""
@@ -167,7 +170,9 @@ def default_policies(topology: Topology) -> list[Policy]:
     if len(mem) < 2:
         texts.append(f"bind:{far}")  # shows as skipped: no second node
     texts += [f"preferred:{far}", f"preferred-many:{near},{far}", "interleave:all", f"interleave:{near},{far}",
-              f"weighted:{near}=1,{far}=1", f"weighted:{near}=1,{far}=3", f"weighted:{near}=3,{far}=1"]
+              f"weighted:{near}=1,{far}=1", f"weighted:{near}=1,{far}=3"]
+    # DRAM-heavy ratios: where a slower (CXL) node can hold part of the state for little cost
+    texts += [f"weighted:{near}={w},{far}=1" for w in (2, 3, 4)]
     if len(cxl) > 1:
         texts.append("interleave:" + ",".join(map(str, [near, *cxl])))
     seen: dict[str, Policy] = {}

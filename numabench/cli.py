@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -80,7 +81,9 @@ def cmd_import_csv(ns: argparse.Namespace) -> int:
     except OSError as e:
         print(f"numabench: cannot write {out}: {e.strerror}", file=sys.stderr)
         return 2
-    rows = len(run["benchmarks"]) // 3
+    for warning in run["machine_info"]["numabench"].get("import_warnings", []):
+        print(f"numabench: warning: {warning}", file=sys.stderr)
+    rows = len({b["extra_info"]["csv_line"] for b in run["benchmarks"]})
     print(f"{ns.csv_file}: {rows} rows -> {len(run['benchmarks'])} benchmarks (means only) in {out} "
           f"[{run['machine_info']['numabench']['hardware_key']}]")
     return 0
@@ -256,6 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NumabenchError as e:
         print(f"numabench: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`numabench report RUN | head`): no traceback, and none at exit
+        # when Python flushes stdout into the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ def topo(name: str) -> Topology:
 
 
 TWO_NODE_AXIS = ["default", "local", "bind:0", "bind:1", "preferred:1", "preferred-many:0,1", "interleave:all",
-                 "interleave:0,1", "weighted:0=1,1=1", "weighted:0=1,1=3", "weighted:0=3,1=1"]
+                 "interleave:0,1", "weighted:0=1,1=1", "weighted:0=1,1=3", "weighted:0=2,1=1",
+                 "weighted:0=3,1=1", "weighted:0=4,1=1"]
 AXES = {
     # one node: the second-node templates stay, to show up as skipped
     "vm-1node": TWO_NODE_AXIS,
@@ -33,7 +34,8 @@ AXES = {
     "old-kernel-2node": TWO_NODE_AXIS,
     # the far node is the CPU-less CXL node 3
     "cxl-3node": ["default", "local", "bind:0", "bind:1", "bind:3", "preferred:3", "preferred-many:0,3",
-                  "interleave:all", "interleave:0,3", "weighted:0=1,3=1", "weighted:0=1,3=3", "weighted:0=3,3=1"],
+                  "interleave:all", "interleave:0,3", "weighted:0=1,3=1", "weighted:0=1,3=3", "weighted:0=2,3=1",
+                  "weighted:0=3,3=1", "weighted:0=4,3=1"],
 }
 
 
@@ -50,7 +52,8 @@ def test_one_node_templates_present_but_unrunnable(tree):
     pols = {p.id: p for p in default_policies(t)}
     multi = [i for i, p in pols.items() if 1 in p.nodes]
     assert multi == ["bind:1", "preferred:1", "preferred-many:0,1", "interleave:0,1", "weighted:0=1,1=1",
-                     "weighted:0=1,1=3", "weighted:0=3,1=1"]
+                     "weighted:0=1,1=3", "weighted:0=2,1=1", "weighted:0=3,1=1",
+                     "weighted:0=4,1=1"]
     for i in multi:
         err = pols[i].requirement_error(t)
         assert err and "node(s) 1 " in err, (i, err)
@@ -192,7 +195,8 @@ def test_one_node_axis_skips_with_reason(tree):
                for p in default_policies(t)}
     skipped = {i for i, r in reasons.items() if r}
     assert skipped == {"bind:1", "preferred:1", "preferred-many:0,1", "interleave:0,1", "weighted:0=1,1=1",
-                       "weighted:0=1,1=3", "weighted:0=3,1=1"}
+                       "weighted:0=1,1=3", "weighted:0=2,1=1",
+                       "weighted:0=3,1=1", "weighted:0=4,1=1"}
 
 
 def test_ranks_gpu_family():

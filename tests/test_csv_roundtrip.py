@@ -111,7 +111,8 @@ def test_policy_mapping():
 
 @pytest.mark.parametrize("text, message", [
     ("a,b,c\n1,2,3\n", "not the seed's"),
-    (PLAIN_CSV.splitlines()[0] + "\n1,0,1835008,fast,0.02,0.4\n", "line 2: avg_h2d_latency(ms) 'fast'"),
+    (PLAIN_CSV.splitlines()[0] + "\n1,0,1835008,fast,fast,fast\n", "no data rows"),  # each phase cell left out
+    (PLAIN_CSV.splitlines()[0] + "\none,0,1835008,0.5,0.02,0.4\n", "bad.csv line 2: ngpus 'one'"),
     (PLAIN_CSV.splitlines()[0] + "\n1,0,1835008,0.5,0.02\n", "5 fields"),
     (PLAIN_CSV.splitlines()[0] + "\n1,nowhere,1835008,0.5,0.02,0.4\n", "line 2: numa_nodes 'nowhere'"),
     (PLAIN_CSV.splitlines()[0] + "\n1,0,1835008,0.5,0.02,0.4\n1,0,1835008,0.6,0.02,0.4\n", "as line 2"),

@@ -73,7 +73,9 @@ def test_grouped_table_columns_by_policy(tmp_path):
     t = tables[0]
     assert t.header == ["size", "bind:0", "bind:1", "interleave:0,1", "weighted:0=1,1=3", "weighted:0=3,1=1"]
     assert [r[0] for r in t.rows] == ["1M", "10M", "100M"]
-    assert all(b == 1 for b in t.best)  # bind:0 is fastest in every row
+    # bind:0 is fastest in every row, bold where its rounds all lie below every other cell's:
+    # at 1M its range overlaps weighted 3:1's (5.6% apart, 2% noise), so that row has no bold
+    assert t.best == [None, 1, 1]
     assert " ± " in t.rows[0][1] and "GB/s)" in t.rows[0][1]
     md = t.markdown()
     assert md.startswith("### adam_offload — h2d") and "| **" in md

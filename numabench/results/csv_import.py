@@ -55,13 +55,14 @@ def policy_from_seed(nodes_text: str, weight_text: str | None = None) -> Policy:
     return Policy.parse(nodes_text)
 
 
-def _number(text: str, column: str, line: int, kind=float):
+def _number(text: str, column: str, line: int, kind=float, path: Path | None = None):
+    where = f"{path} line {line}" if path else f"line {line}"
     try:
         value = kind(float(text)) if kind is int else float(text)
     except (TypeError, ValueError):
-        raise UsageError(f"line {line}: {column} {text!r} is not a number") from None
+        raise UsageError(f"{where}: {column} {text!r} is not a number") from None
     if not value > 0:
-        raise UsageError(f"line {line}: {column} {text!r} must be > 0")
+        raise UsageError(f"{where}: {column} {text!r} must be > 0")
     return value
 
 
@@ -102,6 +103,7 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
                          f"or, weighted, {','.join(WEIGHTED)!r}")
     weighted = header == WEIGHTED
     rows = []
+    warnings: list[str] = []
     seen: dict[tuple, int] = {}
     for line, cells in enumerate(reader, start=2):
         if not any(c.strip() for c in cells):
@@ -113,13 +115,22 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
             pol = policy_from_seed(row["numa_nodes"], row["numa_weight"] if weighted else None)
         except PolicyError as e:
             raise UsageError(f"{path} line {line}: numa_nodes {row['numa_nodes']!r}: {e}") from None
-        nproc = _number(row["ngpus"], "ngpus", line, int)
-        numel = _number(row["update_element"], "update_element", line, int)
+        nproc = _number(row["ngpus"], "ngpus", line, int, path)
+        numel = _number(row["update_element"], "update_element", line, int, path)
         key = (nproc, pol.id, numel)
         if key in seen:
             raise UsageError(f"{path} line {line}: same ngpus, numa_nodes and update_element as line {seen[key]}")
         seen[key] = line
-        lat = {ph: _number(row[col], col, line) for ph, col in PHASES.items()}
+        # A phase cell that is no number (the seed script can write e.g. "step:" there) is a
+        # missing value, named in a warning; the row's other phases are kept.
+        lat = {}
+        for ph, col in PHASES.items():
+            try:
+                lat[ph] = _number(row[col], col, line, float, path)
+            except UsageError as e:
+                warnings.append(f"{e}: left out")
+        if not lat:
+            continue
         rows.append((line, row, nproc, pol, numel, lat))
     if not rows:
         raise UsageError(f"{path}: no data rows")
@@ -138,6 +149,7 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
         "cuda_driver_major": None,
         "gpu_models": sorted(set(gpu_names)) or ["unknown"],
         "source": "seed-csv",
+        "import_warnings": warnings,
     }
     info["hardware_key"] = hardware_key or _hardware_key(None, info)  # type: ignore[arg-type]
 

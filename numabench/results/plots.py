@@ -25,7 +25,31 @@ from numabench.results.tables import Entry, _sort_value, column_axes, entries, p
 
 FIG_AXES = ("nprocess", "dtype", "impl", "schedule", "kernel")
 PHASE_TITLES = {"h2d": "H2D (host to device)", "d2h": "D2H (device to host)", "compute": "compute (GPU Adam)",
-                "step": "step (H2D + compute + D2H)", "time": "time", "write": "write"}
+                "time": "time", "write": "write"}
+# a phase whose meaning depends on the family
+FAMILY_PHASE_TITLES = {("adam_offload", "step"): "step (H2D + compute + D2H)",
+                       ("cpu_adam", "step"): "step (CPU Adam)",
+                       ("train_step", "step"): "training step (forward, backward, optimizer)",
+                       ("dataloader", "batch"): "one batch into the rank's device"}
+# what the size axis counts, where it is not elements
+SIZE_LABELS = {"dataloader": "batch size (samples per rank)", "train_step": "global batch (sequences)"}
+
+
+def phase_title(family: str, phase: str) -> str:
+    return FAMILY_PHASE_TITLES.get((family, phase)) or PHASE_TITLES.get(phase, phase)
+
+
+def size_label(family: str) -> str:
+    return SIZE_LABELS.get(family, "size (elements)")
+
+
+def latency_label(es: list[Entry]) -> str:
+    """Imported seed values are means without spread: say so rather than "median"."""
+    if es and all(e.mean_only for e in es):
+        return "mean latency (ms; imported means, spread unknown)"
+    if any(e.mean_only for e in es):
+        return "latency (ms; median, or mean where imported)"
+    return "median latency (ms)"
 
 
 def _plt():
@@ -92,7 +116,8 @@ def _shared_legend(fig, axs, title: str) -> None:
 
 def _save(fig, path: Path, top_legend: bool = True) -> Path:
     fig.tight_layout(rect=(0, 0, 1, 1 - (0.75 if top_legend else 0.1) / fig.get_figheight()))
-    fig.savefig(path, dpi=100)
+    # tight bounds: a title or legend outside the axes is never cut off
+    fig.savefig(path, dpi=100, bbox_inches="tight", pad_inches=0.15)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -119,7 +144,8 @@ def latency_plots(run: dict, out: Path, family: str | None = None, where: dict |
     plt = _plt()
     written = []
     for fam, ges, series_axes, phases, desc in _figures(entries(run, where), family):
-        fig, axs = _panels(plt, len(phases), f"{fam}: median latency vs size  [{_context(ges, series_axes)}]"
+        what = "mean latency" if all(e.mean_only for e in ges) else "median latency"
+        fig, axs = _panels(plt, len(phases), f"{fam}: {what} vs size  [{_context(ges, series_axes)}]"
                            f"  {_run_label(run)}")
         for ax, phase in zip(axs, phases):
             lines: dict[str, list[Entry]] = defaultdict(list)
@@ -134,9 +160,9 @@ def latency_plots(run: dict, out: Path, family: str | None = None, where: dict |
                 ax.errorbar(xs, ys, yerr=err, marker="o", markersize=4, capsize=2, linewidth=1.4, label=label)
             ax.set_xscale("log")
             ax.set_yscale("log")
-            ax.set_title(PHASE_TITLES.get(phase, phase))
-            ax.set_xlabel("size (elements)")
-            ax.set_ylabel("median latency (ms)")
+            ax.set_title(phase_title(fam, phase))
+            ax.set_xlabel(size_label(fam))
+            ax.set_ylabel(latency_label([e for e in ges if e.phase == phase]))
             ax.grid(True, which="both", alpha=0.3)
             sizes = sorted({e.get("numel") for e in ges})
             ax.set_xticks(sizes, [format_size(s) for s in sizes])
@@ -173,9 +199,9 @@ def bandwidth_plots(run: dict, out: Path, family: str | None = None, where: dict
                 ys = [by_size[s].gbps for s in sizes if s in by_size]
                 ax.bar(xs, ys, width=width * 0.95, label=label)
             ax.set_xticks(range(len(sizes)), [format_size(s) for s in sizes])
-            ax.set_title(PHASE_TITLES.get(phase, phase))
-            ax.set_xlabel("size (elements)")
-            ax.set_ylabel("bandwidth (GB/s, from the median)")
+            ax.set_title(phase_title(fam, phase))
+            ax.set_xlabel(size_label(fam))
+            ax.set_ylabel("bandwidth (GB/s, from the " + ("mean)" if all(e.mean_only for e in pes) else "median)"))
             ax.grid(True, axis="y", alpha=0.3)
         _shared_legend(fig, axs, _legend_title(series_axes))
         name = f"{_slug(fam)}_bandwidth" + (f"_{_slug(desc)}" if desc else "") + ".png"
@@ -235,7 +261,7 @@ def weighted_plots(run: dict, out: Path, family: str | None = None, where: dict 
                                 label=f"{format_size(size)} (best {best:.3g} ms)")
                     ticks = sorted({xpos[str(e.get("policy"))] for e in pes})
                     ax.set_xticks([t[0] for t in ticks], [f"{t[0]:.0f}%\n{t[1]}" for t in ticks], fontsize=8)
-                    ax.set_title(PHASE_TITLES.get(phase, phase))
+                    ax.set_title(phase_title(fam, phase))
                     ax.set_xlabel(f"share of pages on node {first} (%) / weights "
                                   + ":".join(f"N{n}" for n in nodes))
                     ax.set_ylabel("median latency / best of its size (x)")

@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from numabench.results.invocations import invocation_medians
 from numabench.cases import format_size
 from numabench.errors import UsageError
 from numabench.results.seed_csv import load_run
@@ -40,6 +41,18 @@ class Entry:
     fullname: str
     data: list[float] | None = field(default=None, repr=False)
     mean_only: bool = False
+    invocation_medians: list[float] = field(default_factory=list, repr=False)
+
+    def spread(self) -> tuple[float, float] | None:
+        """The range it was seen in: its invocations' medians (three or more), else its rounds;
+        None for an imported mean."""
+        if self.mean_only:
+            return None
+        if len(self.invocation_medians) >= 3:
+            return min(self.invocation_medians), max(self.invocation_medians)
+        if self.data:
+            return min(self.data), max(self.data)
+        return None
 
     def get(self, axis: str):
         return self.axes.get(axis)
@@ -106,7 +119,8 @@ def entries(run: str | Path | dict, where: dict | None = None) -> list[Entry]:
         out.append(Entry(x["family"], x["phase"], axes, st["median"], None if mean_only else st.get("stddev"),
                          st.get("mean", st["median"]), float(gbps) if isinstance(gbps, (int, float)) else None,
                          b.get("name", ""), b.get("fullname", b.get("name", "")),
-                         st.get("data") if isinstance(st.get("data"), list) else None, mean_only))
+                         st.get("data") if isinstance(st.get("data"), list) else None, mean_only,
+                         invocation_medians(b)))
     return out
 
 
@@ -181,6 +195,8 @@ class Table:
         for cells, best in zip(self.rows, self.best):
             cells = [f"**{c}**" if i == best else c for i, c in enumerate(cells)]
             out.append("| " + " | ".join(cells) + " |")
+        if any(b is not None for b in self.best):
+            out += ["", "bold: faster than every other cell of its row beyond noise (its whole range below theirs)."]
         if self.mean_only:
             out += ["", "\\* mean only (imported from a seed CSV): no median or spread known."]
         return "\n".join(out)
@@ -194,6 +210,26 @@ class Table:
         if self.mean_only:
             out.append("* mean only (imported from a seed CSV): no median or spread known.")
         return "\n".join(out)
+
+
+def clearly_fastest(cells: list["Entry | None"]) -> int | None:
+    """The index of the fastest cell where it is faster beyond noise: its whole range (its
+    invocation medians, or rounds) below every other cell's; None otherwise (ties within
+    noise, an imported mean, fewer than two cells)."""
+    present = [(e.median_s, i) for i, e in enumerate(cells) if e]
+    if len(present) < 2:
+        return None
+    i = min(present)[1]
+    mine = cells[i].spread()
+    if mine is None:
+        return None
+    for j, e in enumerate(cells):
+        if e is None or j == i:
+            continue
+        theirs = e.spread()
+        if theirs is None or mine[1] >= theirs[0]:
+            return None
+    return i
 
 
 def grouped_tables(run: str | Path | dict, family: str | None = None, where: dict | None = None) -> list[Table]:
@@ -224,8 +260,8 @@ def grouped_tables(run: str | Path | dict, family: str | None = None, where: dic
                 lab = [format_size(v) if a == "numel" else str(v) for a, v in zip(labels, key)]
                 vals = [cells.get(c) for c in columns] if cols_axes else list(cells.values())[:1]
                 rows.append(lab + [format_cell(e) if e else "" for e in vals])
-                present = [(e.median_s, i) for i, e in enumerate(vals) if e]
-                best.append(len(labels) + min(present)[1] if len(present) > 1 else None)
+                fastest = clearly_fastest(vals)
+                best.append(len(labels) + fastest if fastest is not None else None)
             tables.append(Table(fam, phase, header, rows, best, len(labels), any(e.mean_only for e in pes)))
     return tables
 
