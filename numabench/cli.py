@@ -100,6 +100,30 @@ def cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_advise(ns: argparse.Namespace) -> int:
+    from numabench.results.advise import advise, render
+    from numabench.results.report import combine_runs
+    from numabench.results.seed_csv import load_run
+    from numabench.results.tables import parse_where
+
+    run = combine_runs(ns.run_json) if len(ns.run_json) > 1 else load_run(ns.run_json[0])
+    sys.stdout.write(render(advise(run, ns.family, parse_where(ns.where))))
+    return 0
+
+
+def cmd_history(ns: argparse.Namespace) -> int:
+    from numabench.results.history import history, render
+
+    hist = history(ns.folder, threshold=ns.threshold, from_git=ns.git)
+    sys.stdout.write(render(hist, show="all" if ns.all else "changes"))
+    if ns.out:
+        from numabench.results.history import trend_plots
+
+        paths = trend_plots(hist, ns.out)
+        print(f"wrote {len(paths)} plot(s) in {ns.out}")
+    return 0
+
+
 def cmd_compare(ns: argparse.Namespace) -> int:
     from numabench.results.compare import compare_runs
     from numabench.results.formats import render_as
@@ -195,8 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--schedule", default=None, help="stamp a schedule (e.g. serial) so names match new runs")
     p.add_argument("--alloc", default=None, help="stamp an allocator (e.g. register) so names match new runs")
     p.set_defaults(func=cmd_import_csv)
-    p = sub.add_parser("report", help="tables (terminal / Markdown) and PNG plots of a run")
-    p.add_argument("run_json", help="a saved run (baselines/.../NNNN_name.json), --benchmark-json file or import")
+    p = sub.add_parser("report", help="tables (terminal / Markdown) and PNG plots of a run, or of several runs of "
+                                      "one machine combined (e.g. plain and weighted-interleave imports)")
+    p.add_argument("run_json", nargs="+", help="saved runs (baselines/.../NNNN_name.json), --benchmark-json files or "
+                                                "imports")
     p.add_argument("--out", default=None, help="directory for report.md and the PNGs (none: tables only)")
     p.add_argument("--markdown", action="store_true", help="print the Markdown (report.md) instead of text tables")
     p.add_argument("--family", default=None, help="only this family")
@@ -204,6 +230,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="only benchmarks with this axis value, e.g. --where dtype=fp32 --where impl=ours")
     p.add_argument("--no-plots", action="store_true", help="write report.md without PNGs")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("advise", help="which weighted-interleave ratio: a model from the cases measured bound to "
+                                      "each of two nodes, checked against the weighted cases measured")
+    p.add_argument("run_json", nargs="+", help="runs of one machine (combined), e.g. plain and weighted imports")
+    p.add_argument("--family", default=None, help="only this family")
+    p.add_argument("--where", action="append", metavar="AXIS=VALUE", help="only entries with this axis value")
+    p.set_defaults(func=cmd_advise)
+    p = sub.add_parser("history", help="the saved runs of a hardware key in time order: per entry its series and "
+                                       "change points (the gate's rule between consecutive runs)")
+    p.add_argument("folder", help="baselines/<hardware key>/ (every saved run below it)")
+    p.add_argument("--threshold", default=DEFAULT_THRESHOLD, help="beyond the previous run's band by more than this")
+    p.add_argument("--out", default=None, help="directory for trend plots (PNG, one per family)")
+    p.add_argument("--all", action="store_true", help="list every entry, not only those with a change point")
+    p.add_argument("--git", action="store_true", help="every run ever committed under FOLDER (merged runs are "
+                                                     "removed from the tree, not from git)")
+    p.set_defaults(func=cmd_history)
     p = sub.add_parser("compare", help="judge run NEW against baseline OLD: slower or faster only beyond the "
                                        "baseline's band of invocation medians by more than the threshold; exit 1 "
                                        "on a regression")

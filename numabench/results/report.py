@@ -1,4 +1,6 @@
-"""One report from one run: grouped tables (terminal text and report.md) and the PNG plots.
+"""One report from one run, or several runs of one hardware key combined (e.g. the seed's
+plain and weighted-interleave CSVs: one table, one weight-ratio curve from 0 to 100%):
+grouped tables (terminal text and report.md) and the PNG plots.
 
 ``build_report(RUN.json, out=DIR)`` writes ``DIR/report.md`` and the PNGs, and
 returns a :class:`Report` (the CLI prints its text or Markdown).
@@ -7,12 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
+
+from numabench.errors import UsageError
 
 from numabench.results.seed_csv import load_run
 from numabench.results.tables import adam_offload_table, entries, grouped_tables
 
 LEGEND = ("Cells: median ± standard deviation over the rounds, in milliseconds, with the bandwidth "
-          "(GB/s, from the median) where the family has one; the fastest cell of a row is bold. "
+          "(GB/s, from the median) where the family has one; the fastest cell of a row is bold where it is "
+          "faster beyond noise; `!` marks a value above what the machine can do. "
           "Rows by size (and the other axes that vary), columns by NUMA policy (or impl/schedule "
           "where the run has one policy).")
 
@@ -44,9 +50,28 @@ def _machine_lines(run: dict) -> list[str]:
     return lines
 
 
-def build_report(run_path: str | Path, out: str | Path | None = None, *, family: str | None = None,
-                 where: dict | None = None, plots: bool = True) -> Report:
-    run = load_run(run_path)
+def combine_runs(paths: Sequence[str | Path]) -> dict:
+    """Several runs as one: the first run's machine, every run's entries (a later run's entry
+    replaces an earlier one of the same name). Runs of different hardware are refused."""
+    from numabench.machine.hwkey import run_hardware_key
+
+    runs = [load_run(p) for p in paths]
+    keys = {str(p): run_hardware_key(r) for p, r in zip(paths, runs)}
+    if len(set(keys.values())) > 1:
+        raise UsageError("report: runs of different hardware cannot form one table: "
+                         + ", ".join(f"{p} [{k}]" for p, k in keys.items()))
+    by_name: dict[str, dict] = {}
+    for r in runs:
+        for b in r.get("benchmarks", []):
+            by_name[b.get("fullname", b.get("name"))] = b
+    return {**runs[0], "benchmarks": list(by_name.values())}
+
+
+def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | None = None, *,
+                 family: str | None = None, where: dict | None = None, plots: bool = True) -> Report:
+    paths = [run_path] if isinstance(run_path, (str, Path)) else list(run_path)
+    run = combine_runs(paths) if len(paths) > 1 else load_run(paths[0])
+    run_path = " + ".join(str(p) for p in paths) if len(paths) > 1 else paths[0]
     tables = grouped_tables(run, family, where)
     machine = _machine_lines(run)
     images: list[Path] = []
@@ -54,7 +79,7 @@ def build_report(run_path: str | Path, out: str | Path | None = None, *, family:
         from numabench.results.plots import all_plots
 
         images = all_plots(run, out, family, where)
-    md = [f"# numabench report: {Path(run_path).name}", "", *[f"- {m}" for m in machine], "", LEGEND, ""]
+    md = [f"# numabench report: {' + '.join(Path(p).name for p in paths)}", "", *[f"- {m}" for m in machine], "", LEGEND, ""]
     text = [f"numabench report: {run_path}", *machine, ""]
     families = sorted({t.family for t in tables})
     if not families:

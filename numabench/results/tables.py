@@ -42,6 +42,13 @@ class Entry:
     data: list[float] | None = field(default=None, repr=False)
     mean_only: bool = False
     invocation_medians: list[float] = field(default_factory=list, repr=False)
+    ceiling_gbps: float | None = None  # what the machine can do in this phase (measured, else nominal)
+
+    @property
+    def impossible(self) -> bool:
+        """Faster than the machine can move the bytes: not a real bandwidth (e.g. the seed
+        script's compute column, a kernel launch timed without synchronisation)."""
+        return self.gbps is not None and self.ceiling_gbps is not None and self.gbps > self.ceiling_gbps
 
     def spread(self) -> tuple[float, float] | None:
         """The range it was seen in: its invocations' medians (three or more), else its rounds;
@@ -105,7 +112,9 @@ def entries(run: str | Path | dict, where: dict | None = None) -> list[Entry]:
     """The run's numabench benchmarks (those with extra_info.family), in file order; ``where``
     keeps those whose axes have the given values (compared as text; numel also as 12.8M)."""
     out = []
-    for b in _as_run(run)["benchmarks"]:
+    data = _as_run(run)
+    gpu_models = list(((data.get("machine_info") or {}).get("numabench") or {}).get("gpu_models") or [])
+    for b in data["benchmarks"]:
         x = b.get("extra_info") or {}
         if "family" not in x or "phase" not in x:
             continue
@@ -120,7 +129,7 @@ def entries(run: str | Path | dict, where: dict | None = None) -> list[Entry]:
                          st.get("mean", st["median"]), float(gbps) if isinstance(gbps, (int, float)) else None,
                          b.get("name", ""), b.get("fullname", b.get("name", "")),
                          st.get("data") if isinstance(st.get("data"), list) else None, mean_only,
-                         invocation_medians(b)))
+                         invocation_medians(b), ceiling_of(x, gpu_models)))
     return out
 
 
@@ -171,8 +180,35 @@ def format_gbps(g: float) -> str:
 def format_cell(e: Entry) -> str:
     text = format_ms(e.median_s, e.stddev_s)
     if e.gbps is not None:
-        text += f" ({format_gbps(e.gbps)} GB/s)"
+        text += f" ({format_gbps(e.gbps)} GB/s{' !' if e.impossible else ''})"
     return text
+
+
+# Nominal ceilings where a run measured none (imported seed CSVs): device memory per GPU
+# model (GB/s, vendor figures, the fastest variant), and PCIe Gen5 x16 per direction per GPU.
+NOMINAL_HBM_GBPS = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "B200": 8000.0, "GH200": 4900.0,
+                    "L40": 864.0, "A10": 600.0}
+NOMINAL_UNKNOWN_HBM_GBPS = 8000.0
+NOMINAL_PCIE_GBPS = 64.0
+# phase -> extra_info list of per-rank measured ceilings (adam_offload, transfer)
+MEASURED_CEILING = {"h2d": "limit_h2d_GBps_per_rank", "d2h": "limit_d2h_GBps_per_rank",
+                    "compute": "limit_d2d_GBps_per_rank"}
+
+
+def ceiling_of(extra: dict, gpu_models: list[str]) -> float | None:
+    """The GB/s this entry cannot exceed, over all its ranks; None where none is known. A
+    measured ceiling is a best-of-8 copy: 10% of headroom keeps noise from being flagged."""
+    phase, nproc = extra.get("phase"), int(extra.get("nprocess") or 1)
+    measured = extra.get(MEASURED_CEILING.get(phase, ""), None)
+    if isinstance(measured, list) and measured:
+        return 1.1 * sum(measured)
+    if extra.get("family") != "adam_offload" or phase not in ("h2d", "d2h", "compute"):
+        return None
+    if phase == "compute":
+        hbm = [v for m in gpu_models for k, v in NOMINAL_HBM_GBPS.items() if k in m.replace("NVIDIA ", "")]
+        # read + write of each byte counted once in GBps (7 tensors' bytes): the nominal figure bounds it
+        return nproc * (max(hbm) if hbm else NOMINAL_UNKNOWN_HBM_GBPS)
+    return nproc * NOMINAL_PCIE_GBPS
 
 
 @dataclass
@@ -184,6 +220,11 @@ class Table:
     best: list[int | None]  # per row, the index of the fastest cell (columns > label columns)
     n_labels: int
     mean_only: bool
+    impossible: bool = False
+
+    IMPOSSIBLE_NOTE = ("! faster than this machine can move the bytes (its measured copy or D2D ceiling, or the "
+                       "GPU's nominal memory or PCIe Gen5 bandwidth): not a real bandwidth, e.g. a kernel launch "
+                       "timed without synchronisation")
 
     @property
     def title(self) -> str:
@@ -199,6 +240,8 @@ class Table:
             out += ["", "bold: faster than every other cell of its row beyond noise (its whole range below theirs)."]
         if self.mean_only:
             out += ["", "\\* mean only (imported from a seed CSV): no median or spread known."]
+        if self.impossible:
+            out += ["", self.IMPOSSIBLE_NOTE + "."]
         return "\n".join(out)
 
     def text(self) -> str:
@@ -209,6 +252,8 @@ class Table:
         out += [fmt(r) for r in self.rows]
         if self.mean_only:
             out.append("* mean only (imported from a seed CSV): no median or spread known.")
+        if self.impossible:
+            out.append(self.IMPOSSIBLE_NOTE + ".")
         return "\n".join(out)
 
 
@@ -262,7 +307,8 @@ def grouped_tables(run: str | Path | dict, family: str | None = None, where: dic
                 rows.append(lab + [format_cell(e) if e else "" for e in vals])
                 fastest = clearly_fastest(vals)
                 best.append(len(labels) + fastest if fastest is not None else None)
-            tables.append(Table(fam, phase, header, rows, best, len(labels), any(e.mean_only for e in pes)))
+            tables.append(Table(fam, phase, header, rows, best, len(labels), any(e.mean_only for e in pes),
+                                any(e.impossible for e in pes)))
     return tables
 
 

@@ -1,0 +1,209 @@
+"""The history of a hardware key: its saved runs in time order, each entry's series, and
+where it changed.
+
+A change point is the gate's own rule applied between consecutive saved runs: a run whose
+value (the median of its invocation medians) lies beyond the previous run's band (the range
+of its invocation medians; a run without them: its value) by more than the threshold, and
+the next run, where there is one, on the same side (the gate's confirmation). Baseline
+histories are short (a handful of runs, each already a summary of several invocations), too
+short for a segmentation method such as E-Divisive to have power; judging them the way CI
+judges a run keeps the history and the gate in agreement.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from numabench.errors import UsageError
+from numabench.results.compare import DEFAULT_THRESHOLD, parse_threshold
+from numabench.results.invocations import invocation_medians
+
+
+@dataclass
+class SavedRun:
+    path: Path
+    when: str
+    commit: str
+    benchmarks: dict[str, dict]
+
+
+@dataclass
+class Point:
+    run: int  # index into History.runs
+    value: float
+    low: float
+    high: float
+
+
+@dataclass
+class Change:
+    run: int
+    before: float
+    after: float
+
+    @property
+    def change_pct(self) -> float:
+        return (self.after / self.before - 1) * 100
+
+
+@dataclass
+class Series:
+    name: str
+    family: str
+    points: list[Point] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+
+
+@dataclass
+class History:
+    folder: Path
+    runs: list[SavedRun]
+    series: list[Series]
+    threshold_pct: float
+
+
+def load_runs(folder: str | Path) -> list[SavedRun]:
+    root = Path(folder)
+    files = sorted(root.glob("**/[0-9][0-9][0-9][0-9]_*.json"))
+    if not files:
+        raise UsageError(f"history: no saved runs (NNNN_name.json) under {root}")
+    runs = []
+    for f in files:
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise UsageError(f"history: {f} cannot be read as a run ({e})") from None
+        commit = (data.get("commit_info") or {}).get("id") or "unknown"
+        runs.append(SavedRun(f, str(data.get("datetime") or ""), commit[:12],
+                             {b["fullname"]: b for b in data.get("benchmarks", []) if "fullname" in b}))
+    return sorted(runs, key=lambda r: (r.when, r.path.name))
+
+
+def load_runs_from_git(folder: str | Path) -> list[SavedRun]:
+    """Every saved run that was ever committed under ``folder`` (baselines are merged and the
+    merged files removed, so the history of a key lives in git), each once (by content)."""
+    import subprocess
+
+    root = Path(folder).resolve()
+
+    cwd = root if root.is_dir() else root.parent
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise UsageError(f"history --git: git {' '.join(args[:2])} failed: {out.stderr.strip()[:300]}")
+        return out.stdout
+
+    top = Path(git("rev-parse", "--show-toplevel").strip())
+    rel = str(root.relative_to(top))
+    cwd = top
+    seen: set[str] = set()
+    runs = []
+    for line in git("log", "--format=%H %cI", "--", rel).splitlines():
+        commit, when = line.split(" ", 1)
+        for entry in git("ls-tree", "-r", commit, "--", rel).splitlines():
+            meta, path = entry.split("\t", 1)
+            blob = meta.split()[2]
+            name = Path(path).name
+            if blob in seen or not (name[:4].isdigit() and name.endswith(".json")):
+                continue
+            seen.add(blob)
+            data = json.loads(git("cat-file", "-p", blob))
+            first_commit = (data.get("commit_info") or {}).get("id") or commit
+            runs.append(SavedRun(Path(path), str(data.get("datetime") or when), first_commit[:12],
+                                 {b["fullname"]: b for b in data.get("benchmarks", []) if "fullname" in b}))
+    if not runs:
+        raise UsageError(f"history --git: no saved run was ever committed under {rel}")
+    return sorted(runs, key=lambda r: (r.when, r.path.name))
+
+
+def _point(k: int, bench: dict) -> Point | None:
+    meds = invocation_medians(bench)
+    if not meds:
+        return None
+    return Point(k, statistics.median(meds), min(meds), max(meds))
+
+
+def _beyond(p: Point, ref: Point, threshold_pct: float) -> int:
+    """+1 above ref's band by more than the threshold, -1 below, 0 within."""
+    if p.value > ref.high * (1 + threshold_pct / 100):
+        return 1
+    if p.value < ref.low * (1 - threshold_pct / 100):
+        return -1
+    return 0
+
+
+def change_points(points: list[Point], threshold_pct: float) -> list[Change]:
+    out = []
+    for i in range(1, len(points)):
+        side = _beyond(points[i], points[i - 1], threshold_pct)
+        if side == 0:
+            continue
+        if i + 1 < len(points) and _beyond(points[i + 1], points[i - 1], threshold_pct) != side:
+            continue  # not confirmed by the next run
+        out.append(Change(points[i].run, points[i - 1].value, points[i].value))
+    return out
+
+
+def history(folder: str | Path, threshold: str | float = DEFAULT_THRESHOLD, *, from_git: bool = False) -> History:
+    threshold_pct = parse_threshold(threshold)
+    runs = load_runs_from_git(folder) if from_git else load_runs(folder)
+    names = sorted({n for r in runs for n in r.benchmarks})
+    series = []
+    for name in names:
+        points = [p for k, r in enumerate(runs) if name in r.benchmarks and (p := _point(k, r.benchmarks[name]))]
+        family = next(((r.benchmarks[name].get("extra_info") or {}).get("family", "") for r in runs
+                       if name in r.benchmarks), "")
+        series.append(Series(name, family, points, change_points(points, threshold_pct)))
+    return History(Path(folder), runs, series, threshold_pct)
+
+
+def render(hist: History, show: str = "changes") -> str:
+    lines = [f"history of {hist.folder}: {len(hist.runs)} saved runs, {len(hist.series)} entries; change point: "
+             f"beyond the previous run's band by more than {hist.threshold_pct:g}%, the next run agreeing", ""]
+    for k, r in enumerate(hist.runs):
+        lines.append(f"  run {k}: {r.path.name}  {r.when[:19]}  commit {r.commit}")
+    lines.append("")
+    changed = [s for s in hist.series if s.changes]
+    for s in hist.series if show == "all" else changed:
+        values = " -> ".join(f"{p.value * 1e3:.4g}" for p in s.points)
+        lines.append(f"{s.name}: {values} ms")
+        for c in s.changes:
+            r = hist.runs[c.run]
+            lines.append(f"  change at run {c.run} ({r.path.name}, commit {r.commit}): {c.before * 1e3:.4g} -> "
+                         f"{c.after * 1e3:.4g} ms ({c.change_pct:+.1f}%)")
+    lines += ["", f"{len(changed)} of {len(hist.series)} entries changed"]
+    return "\n".join(lines) + "\n"
+
+
+def trend_plots(hist: History, out: str | Path) -> list[Path]:
+    """Per family: each entry's value over the runs, relative to its first, change points marked
+    with the run's commit."""
+    from numabench.results.plots import _plt, _save, _slug
+
+    plt = _plt()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fam in sorted({s.family for s in hist.series if s.points}):
+        fs = [s for s in hist.series if s.family == fam and s.points]
+        fig, ax = plt.subplots(figsize=(9, 5))
+        for s in fs:
+            base = s.points[0].value
+            ax.plot([p.run for p in s.points], [p.value / base for p in s.points], alpha=0.5, linewidth=1,
+                    marker="o" if s.changes else None, markersize=3)
+        marks = sorted({c.run for s in fs for c in s.changes})
+        for k in marks:
+            n = sum(1 for s in fs for c in s.changes if c.run == k)
+            ax.axvline(k, color="red", alpha=0.4, linestyle="--")
+            ax.text(k, ax.get_ylim()[1], f" {hist.runs[k].commit[:8]} ({n})", rotation=90, va="top", fontsize=8)
+        ax.set_xticks(range(len(hist.runs)), [r.path.name.split("_", 1)[0] for r in hist.runs], fontsize=8)
+        ax.set_xlabel("saved run (time order)")
+        ax.set_ylabel("median of invocation medians / first run (x)")
+        ax.set_title(f"{fam}: {len(fs)} entries over {len(hist.runs)} runs, change points at the dashed lines "
+                     f"(commit, entries changed)", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        written.append(_save(fig, out / f"{_slug(fam)}_history.png", top_legend=False))
+    return written
