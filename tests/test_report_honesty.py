@@ -104,3 +104,38 @@ def test_saved_params_name_the_case(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:]
     params = json.loads((tmp_path / "r.json").read_text())["benchmarks"][0]["params"]
     assert params == {"numa_phase": "write", "numa_case": "np1-1M-default-fp32"}
+
+
+def test_cpuless_nodes_are_marked(tmp_path, saved_figures):
+    from numabench.results.tables import grouped_tables
+
+    def bench(policy: str, ms: float) -> dict:
+        name = f"test_touch[write-np1-1048576-{policy}-fp32]"
+        return {"name": name, "fullname": f"benchmarks/test_touch.py::{name}",
+                "extra_info": {"family": "touch", "phase": "write", "nprocess": 1, "numel": 1 << 20, "dtype": "fp32",
+                               "policy": policy, "GBps": 1.0},
+                "stats": {"median": ms / 1e3, "mean": ms / 1e3, "stddev": 0.0, "data": [ms / 1e3] * 3}}
+
+    run = {"machine_info": {"numabench": {"hardware_key": "K", "nodes": [
+        {"id": 0, "cpus": 4, "cpuless": False}, {"id": 3, "cpus": 0, "cpuless": True}]}},
+        "benchmarks": [bench("bind:0", 1.0), bench("bind:3", 3.0), bench("weighted:0=3,3=1", 1.2)]}
+    (t,) = grouped_tables(run)
+    assert t.header == ["size", "bind:0", "bind:3 ‡", "weighted:0=3,3=1 ‡"]
+    assert "‡ places memory on a CPU-less (CXL-like) node: node 3." in t.markdown() and t.cpuless == (3,)
+    plots.latency_plots(run, tmp_path)
+    (name, axes, title) = saved_figures[0]
+    legend = axes[0].figure.legends[0]
+    assert [x.get_text() for x in legend.get_texts()] == ["bind:0", "bind:3 ‡", "weighted:0=3,3=1 ‡"]
+    assert "CPU-less node" in legend.get_title().get_text()
+
+
+def test_throughput_metrics_are_plotted(tmp_path, saved_figures):
+    run = json.loads(H200X2.read_text())
+    paths = plots.throughput_plots(run, tmp_path)
+    names = {p.name.split("_throughput")[0] for p in paths}
+    assert names == {"train_step", "dataloader"}
+    ylabels = {ax.get_ylabel() for _, axes, _ in saved_figures for ax in axes}
+    assert {"tokens/s (from the median step)", "model TFLOPS (6 x params x tokens / time) (from the median step)",
+            "samples/s into the rank's device (from the median step)"} <= ylabels
+    lines = [ln for _, axes, _ in saved_figures for ax in axes for ln in ax.get_lines()]
+    assert lines and all(len(ln.get_xdata()) >= 1 for ln in lines)

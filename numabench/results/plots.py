@@ -21,7 +21,18 @@ from collections import defaultdict
 from pathlib import Path
 
 from numabench.cases import format_size
-from numabench.results.tables import Entry, _sort_value, column_axes, entries, phase_key, series_label, varying
+from numabench.results.tables import (
+    CPULESS_MARK,
+    Entry,
+    _sort_value,
+    column_axes,
+    cpuless_nodes,
+    entries,
+    mark_cpuless,
+    phase_key,
+    series_label,
+    varying,
+)
 
 FIG_AXES = ("nprocess", "dtype", "impl", "schedule", "kernel")
 PHASE_TITLES = {"h2d": "H2D (host to device)", "d2h": "D2H (device to host)", "compute": "compute (GPU Adam)",
@@ -102,12 +113,15 @@ def _panels(plt, n: int, title: str):
     return fig, list(axs.flat[:n])
 
 
-def _shared_legend(fig, axs, title: str) -> None:
-    """One legend for all panels, under the title (panels share their series)."""
+def _shared_legend(fig, axs, title: str, cpuless: set[int] | None = None) -> None:
+    """One legend for all panels, under the title (panels share their series); a policy that
+    places memory on a CPU-less (CXL-like) node is marked."""
     seen: dict[str, object] = {}
     for ax in axs:
         for h, lab in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(lab, h)
+            seen.setdefault(mark_cpuless(lab, cpuless or set()), h)
+    if any(CPULESS_MARK in lab for lab in seen):
+        title += f"  ({CPULESS_MARK}: CPU-less node)"
     if seen:
         fig.legend(list(seen.values()), list(seen), title=title, loc="upper center", ncol=min(len(seen), 6),
                    bbox_to_anchor=(0.5, 1 - 0.45 / fig.get_figheight()), fontsize=10, title_fontsize=10,
@@ -167,7 +181,7 @@ def latency_plots(run: dict, out: Path, family: str | None = None, where: dict |
             sizes = sorted({e.get("numel") for e in ges})
             ax.set_xticks(sizes, [format_size(s) for s in sizes])
             ax.minorticks_off() if len(sizes) > 1 else None
-        _shared_legend(fig, axs, _legend_title(series_axes))
+        _shared_legend(fig, axs, _legend_title(series_axes), cpuless_nodes(run))
         name = f"{_slug(fam)}_latency" + (f"_{_slug(desc)}" if desc else "") + ".png"
         written.append(_save(fig, out / name))
     return written
@@ -203,7 +217,7 @@ def bandwidth_plots(run: dict, out: Path, family: str | None = None, where: dict
             ax.set_xlabel(size_label(fam))
             ax.set_ylabel("bandwidth (GB/s, from the " + ("mean)" if all(e.mean_only for e in pes) else "median)"))
             ax.grid(True, axis="y", alpha=0.3)
-        _shared_legend(fig, axs, _legend_title(series_axes))
+        _shared_legend(fig, axs, _legend_title(series_axes), cpuless_nodes(run))
         name = f"{_slug(fam)}_bandwidth" + (f"_{_slug(desc)}" if desc else "") + ".png"
         written.append(_save(fig, out / name))
     return written
@@ -274,8 +288,46 @@ def weighted_plots(run: dict, out: Path, family: str | None = None, where: dict 
     return written
 
 
+# the families' own throughput metrics (extra_info key, axis label), plotted beside the times
+THROUGHPUT = {"train_step": (("tokens_per_s", "tokens/s"), ("tflops", "model TFLOPS (6 x params x tokens / time)")),
+              "dataloader": (("samples_per_s", "samples/s into the rank's device"),)}
+
+
+def throughput_plots(run: dict, out: Path, family: str | None = None, where: dict | None = None) -> list[Path]:
+    """Per family with throughput metrics: each metric vs size, one line per series."""
+    plt = _plt()
+    metrics_of = {b.get("fullname", b.get("name")): b.get("extra_info") or {} for b in run.get("benchmarks", [])}
+    written = []
+    es = [e for e in entries(run, where) if e.family in THROUGHPUT]
+    for fam, ges, series_axes, phases, desc in _figures(es, family):
+        metrics = THROUGHPUT[fam]
+        fig, axs = _panels(plt, len(metrics), f"{fam}: throughput vs size  [{_context(ges, series_axes)}]  "
+                           f"{_run_label(run)}")
+        for ax, (key, label) in zip(axs, metrics):
+            lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
+            for e in ges:
+                value = metrics_of.get(e.fullname, {}).get(key)
+                if isinstance(value, (int, float)):
+                    lines[series_label(e, series_axes)].append((e.get("numel"), float(value)))
+            for lab in _series_order(lines, series_axes):
+                pts = sorted(lines[lab])
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=lab)
+            sizes = sorted({e.get("numel") for e in ges})
+            ax.set_xscale("log")
+            ax.set_xticks(sizes, [format_size(s) for s in sizes])
+            ax.minorticks_off()
+            ax.set_title(label)
+            ax.set_xlabel(size_label(fam))
+            ax.set_ylabel(label + " (from the median step)")
+            ax.grid(True, alpha=0.3)
+        _shared_legend(fig, axs, _legend_title(series_axes), cpuless_nodes(run))
+        name = f"{_slug(fam)}_throughput" + (f"_{_slug(desc)}" if desc else "") + ".png"
+        written.append(_save(fig, out / name))
+    return written
+
+
 def all_plots(run: dict, out: str | Path, family: str | None = None, where: dict | None = None) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     return (latency_plots(run, out, family, where) + bandwidth_plots(run, out, family, where)
-            + weighted_plots(run, out, family, where))
+            + throughput_plots(run, out, family, where) + weighted_plots(run, out, family, where))

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Sequence
 
 from numabench.errors import UsageError
-
 from numabench.results.seed_csv import load_run
 from numabench.results.tables import adam_offload_table, entries, grouped_tables
 

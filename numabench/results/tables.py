@@ -16,9 +16,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from numabench.results.invocations import invocation_medians
 from numabench.cases import format_size
 from numabench.errors import UsageError
+from numabench.results.invocations import invocation_medians
 from numabench.results.seed_csv import load_run
 
 BASE_AXES = ("nprocess", "numel", "dtype", "policy")
@@ -195,6 +195,28 @@ MEASURED_CEILING = {"h2d": "limit_h2d_GBps_per_rank", "d2h": "limit_d2h_GBps_per
                     "compute": "limit_d2d_GBps_per_rank"}
 
 
+CPULESS_MARK = "‡"
+
+
+def cpuless_nodes(run: dict) -> set[int]:
+    """The run's memory-only (CPU-less, CXL-like) nodes, from its machine_info."""
+    nodes = ((run.get("machine_info") or {}).get("numabench") or {}).get("nodes") or []
+    return {int(n["id"]) for n in nodes if isinstance(n, dict) and n.get("cpuless")}
+
+
+def mark_cpuless(label: str, cpuless: set[int]) -> str:
+    """A policy label with the CPU-less mark where it places memory on such a node."""
+    if not cpuless:
+        return label
+    from numabench.numa.policy import Policy
+
+    try:
+        nodes = set(Policy.parse(label).nodes)
+    except Exception:
+        return label
+    return f"{label} {CPULESS_MARK}" if nodes & cpuless else label
+
+
 def ceiling_of(extra: dict, gpu_models: list[str]) -> float | None:
     """The GB/s this entry cannot exceed, over all its ranks; None where none is known. A
     measured ceiling is a best-of-8 copy: 10% of headroom keeps noise from being flagged."""
@@ -221,6 +243,7 @@ class Table:
     n_labels: int
     mean_only: bool
     impossible: bool = False
+    cpuless: tuple[int, ...] = ()
 
     IMPOSSIBLE_NOTE = ("! faster than this machine can move the bytes (its measured copy or D2D ceiling, or the "
                        "GPU's nominal memory or PCIe Gen5 bandwidth): not a real bandwidth, e.g. a kernel launch "
@@ -242,7 +265,14 @@ class Table:
             out += ["", "\\* mean only (imported from a seed CSV): no median or spread known."]
         if self.impossible:
             out += ["", self.IMPOSSIBLE_NOTE + "."]
+        if self.cpuless:
+            out += ["", self.cpuless_note]
         return "\n".join(out)
+
+    @property
+    def cpuless_note(self) -> str:
+        return (f"{CPULESS_MARK} places memory on a CPU-less (CXL-like) node: "
+                + ", ".join(f"node {n}" for n in self.cpuless) + ".")
 
     def text(self) -> str:
         widths = [max(len(r[i]) for r in [self.header, *self.rows]) for i in range(len(self.header))]
@@ -254,6 +284,8 @@ class Table:
             out.append("* mean only (imported from a seed CSV): no median or spread known.")
         if self.impossible:
             out.append(self.IMPOSSIBLE_NOTE + ".")
+        if self.cpuless:
+            out.append(self.cpuless_note)
         return "\n".join(out)
 
 
@@ -280,6 +312,7 @@ def clearly_fastest(cells: list["Entry | None"]) -> int | None:
 def grouped_tables(run: str | Path | dict, family: str | None = None, where: dict | None = None) -> list[Table]:
     """Per family and phase: rows by size (and other varying axes), columns by policy."""
     es = entries(run, where)
+    cpuless = cpuless_nodes(_as_run(run))
     tables = []
     for fam in sorted({e.family for e in es}):
         if family and fam != family:
@@ -298,7 +331,8 @@ def grouped_tables(run: str | Path | dict, family: str | None = None, where: dic
             grid: dict[tuple, dict[str, Entry]] = defaultdict(dict)
             for e in pes:
                 grid[tuple(e.get(a) for a in labels)][series_label(e, cols_axes)] = e
-            header = [AXIS_TITLES.get(a, a) for a in labels] + (columns if cols_axes else ["median ± std ms"])
+            shown = [mark_cpuless(c, cpuless) for c in columns] if cols_axes == ("policy",) else columns
+            header = [AXIS_TITLES.get(a, a) for a in labels] + (shown if cols_axes else ["median ± std ms"])
             rows, best = [], []
             for key in sorted(grid, key=lambda k: [_sort_value(a, v) for a, v in zip(labels, k)]):
                 cells = grid[key]
@@ -307,8 +341,9 @@ def grouped_tables(run: str | Path | dict, family: str | None = None, where: dic
                 rows.append(lab + [format_cell(e) if e else "" for e in vals])
                 fastest = clearly_fastest(vals)
                 best.append(len(labels) + fastest if fastest is not None else None)
+            marked = any(CPULESS_MARK in h for h in header)
             tables.append(Table(fam, phase, header, rows, best, len(labels), any(e.mean_only for e in pes),
-                                any(e.impossible for e in pes)))
+                                any(e.impossible for e in pes), tuple(sorted(cpuless)) if marked else ()))
     return tables
 
 
