@@ -254,7 +254,21 @@ def check_pytest_all() -> dict:
     return _pytest(["benchmarks", "--numa-tier=full", "-k", "touch", *ROUNDS], "pytest-all")
 
 
+def check_advise() -> dict:
+    """The advisor's plumbing on a multi-node kernel: touch bound to each node and weighted
+    between them, then numabench advise on the run (under TCG the times mean nothing)."""
+    out_json = Path("/tmp/guest-advise.json")
+    run = _pytest(["benchmarks", "--numa-tier=full", "-k", "touch", "--numa-policies",
+                   "bind:0;bind:1;weighted:0=1,1=1;weighted:0=3,1=1", f"--benchmark-json={out_json}", *ROUNDS],
+                  "advise-run")
+    adv = subprocess.run([sys.executable, "-m", "numabench", "advise", str(out_json)], capture_output=True, text=True,
+                         timeout=300, cwd=REPO)
+    log(f"advise: rc={adv.returncode}; {adv.stdout.strip().splitlines()[-1] if adv.stdout.strip() else adv.stderr[-300:]}")
+    return {"run_rc": run["rc"], "rc": adv.returncode, "stdout": adv.stdout[-6000:], "stderr": adv.stderr[-2000:]}
+
+
 CHECKS = {
+    "advise": check_advise,
     "topo": check_topo,
     "placement": check_placement,
     "weights": check_weights,

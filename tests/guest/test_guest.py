@@ -88,7 +88,7 @@ def guest_checks(kernel: str, *checks: str) -> dict:
 
 @pytest.fixture(scope="module")
 def guest612() -> dict:
-    return guest_checks("6.12", "topo", "placement", "weights", "pytest-weighted")
+    return guest_checks("6.12", "topo", "placement", "weights", "pytest-weighted", "advise")
 
 
 @pytest.fixture(scope="module")
@@ -213,3 +213,12 @@ def test_benchmarks_61_weighted_skip_rest_run(guest61):
     skipped = [t for t in rest if t["outcome"] == "skipped"]
     assert not skipped, skipped
     assert len(ran) == len(rest), r["tests"]
+
+
+def test_advise_plumbing_on_a_multi_node_kernel(guest612):
+    r = guest612["advise"]
+    assert r["run_rc"] == 0 and r["rc"] == 0, r
+    out = r["stdout"]
+    assert out.startswith("model: t(f) = max(") and "touch:write" in out, out
+    assert "bind:0" in out and "bind:1" in out and "(measured" in out, out
+    assert "model error against the measured weighted cases" in out and "over 2 cases" in out, out
