@@ -3,7 +3,6 @@ each kind the machine can apply), explicit axis options over the tier, the marke
 time plan's line (with a baseline: from its recorded costs)."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from functools import lru_cache
@@ -95,4 +94,3 @@ def test_plan_from_a_baseline_uses_its_recorded_costs():
     model = plan_runs([(key, fam, case, 1, 1, 10, 3)], None, None, 0)
     assert model.runs[0].source == "model" and "model estimates" in model.summary()
     assert "1 of 1 runs timed from the baseline 0001_x.json" in plan.summary("ci")
-    json.dumps(plan.summary())
