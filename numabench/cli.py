@@ -252,8 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the baseline run JSON and the new one; NEW alone: the newest baseline of NEW's hardware "
                         "key under --storage")
     p.add_argument("--storage", default="baselines", help="where baselines live, by hardware key (default baselines)")
-    p.add_argument("--threshold", default=DEFAULT_THRESHOLD,
-                   help=f"how far beyond the band a value must lie (default {DEFAULT_THRESHOLD.replace('%', '%%')})")
+    p.add_argument("--threshold", default=None,
+                   help="how far beyond the band a value must lie (default: the threshold a gated NEW run was judged "
+                        f"with, else {DEFAULT_THRESHOLD.replace('%', '%%')})")
     p.add_argument("--allow-foreign", action="store_true", help="compare runs from different hardware keys")
     p.add_argument("--changed-only", action="store_true", help="list only benchmarks whose verdict is not 'same'")
     p.add_argument("--format", choices=FORMATS, default="text",

@@ -85,3 +85,13 @@ def test_cli_formats_and_new_alone(tmp_path, capsys):
     assert main(["compare", new_path, "--storage", str(other)]) == 2
     err = capsys.readouterr().err
     assert f"no baseline for this machine's hardware key {KEY!r}" in err and Path(other).name in err
+
+
+def test_a_gated_runs_threshold_is_the_offline_default():
+    old, new = _runs()
+    assert compare_runs(old, new).threshold_pct == 3.0  # nothing recorded: the default
+    for b in new["benchmarks"][1:]:
+        b["extra_info"]["gate"]["threshold_pct"] = 50.0
+    res = compare_runs(old, new)
+    assert res.threshold_pct == 50.0 and not res.regressions  # +19% is within 50%: as the session judged
+    assert compare_runs(old, new, threshold="3%").regressions  # an explicit threshold wins

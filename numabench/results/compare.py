@@ -196,12 +196,25 @@ class CompareResult:
         return sum(1 for r in self.compared if r.band.invocations < MIN_BAND_INVOCATIONS)
 
 
-def compare_runs(baseline: str | Path | dict, new: str | Path | dict, *, threshold: str | float = DEFAULT_THRESHOLD,
+def recorded_threshold(run: dict) -> float | None:
+    """The threshold a gated run was judged with (extra_info.gate.threshold_pct), if it was."""
+    for bench in run.get("benchmarks", []):
+        pct = ((bench.get("extra_info") or {}).get("gate") or {}).get("threshold_pct")
+        if isinstance(pct, (int, float)):
+            return float(pct)
+    return None
+
+
+def compare_runs(baseline: str | Path | dict, new: str | Path | dict, *, threshold: str | float | None = None,
                  allow_foreign: bool = False) -> CompareResult:
-    """Judge every entry of run ``new`` against the bands of run ``baseline`` (paths or loaded runs)."""
-    threshold_pct = parse_threshold(threshold)
+    """Judge every entry of run ``new`` against the bands of run ``baseline`` (paths or loaded runs).
+    ``threshold`` None: the one a gated ``new`` run was judged with, else DEFAULT_THRESHOLD, so
+    the offline verdict is the session's."""
     a = baseline if isinstance(baseline, dict) else load_run(baseline)
     b = new if isinstance(new, dict) else load_run(new)
+    if threshold is None:
+        threshold = recorded_threshold(b)
+    threshold_pct = parse_threshold(DEFAULT_THRESHOLD if threshold is None else threshold)
     ka, kb = run_hardware_key(a), run_hardware_key(b)
     if ka != kb and not allow_foreign:
         raise ForeignHardwareError(f"runs were measured on different hardware ({ka!r} vs {kb!r}): refusing to "
