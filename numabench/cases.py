@@ -150,6 +150,9 @@ class CaseResult:
     # mean wall time of one step request (any variant): what a time plan needs
     fixed_s: float = 0.0
     step_wall_s: float = 0.0
+    # where ``fixed_s`` went: start (interpreter, imports), import (the family's worker module,
+    # torch), setup (the slowest rank's) and its own parts, checks (the parent's), close
+    fixed_parts_s: dict[str, float] = field(default_factory=dict)
 
     def median(self, phase: str) -> float:
         return statistics.median(self.phases[phase])

@@ -6,7 +6,8 @@ baseline of this hardware key where it holds the run's entries (``extra_info.set
 and the medians of the phases that make up a round); otherwise from a model: the placed
 host bytes per rank, moved about twice per round at ``MODEL_GBPS`` (GPU families: a PCIe
 copy; CPU families: memory bandwidth of a few cores), and placed once at set-up at
-``MODEL_PLACE_GBPS`` (first touch, pinning), plus a fixed start-up cost. The model is a
+``MODEL_PLACE_GBPS`` (first touch, pinning), plus a start-up cost: the family's as the
+baseline recorded it in its other runs, else a fixed one. The model is a
 floor for a machine never measured; the baseline is the estimate to trust.
 """
 from __future__ import annotations
@@ -49,7 +50,7 @@ class RunPlan:
     family: str
     entries: int
     seconds: float
-    source: str  # "baseline" or "model"
+    source: str  # "baseline...", or "model..." (see plan_runs)
 
 
 @dataclass
@@ -72,7 +73,7 @@ class Plan:
         entries = sum(r.entries for r in self.runs)
         runs = self.runs
         fams = ", ".join(f"{f} {duration(s)}" for f, s in sorted(self.by_family().items(), key=lambda x: -x[1]))
-        from_baseline = sum(r.source != "model" for r in runs)
+        from_baseline = sum(r.source.startswith("baseline") for r in runs)
         source = (f"{from_baseline} of {len(runs)} runs timed from the baseline {self.baseline}"
                   if self.baseline else "no baseline for this machine: model estimates")
         if self.baseline and from_baseline < len(runs):
@@ -86,15 +87,38 @@ def _kind(family: "Family", case: "Case", gpus: int) -> str:
     return "gpu" if gpus and (family.needs_gpu or family.rank_kind == "gpu") else "cpu"
 
 
-def model_setup_seconds(family: "Family", case: "Case", gpus: int) -> float:
-    placed = case.numel_per_rank * family.host_bytes_per_element(case)
-    return MODEL_START_S[_kind(family, case, gpus)] + placed / (MODEL_PLACE_GBPS * 1e9)
+def _placed_seconds(family: "Family", case: "Case") -> float:
+    return case.numel_per_rank * family.host_bytes_per_element(case) / (MODEL_PLACE_GBPS * 1e9)
 
 
-def model_seconds(family: "Family", case: "Case", variants: int, rounds: int, warmup: int, gpus: int) -> float:
+def model_setup_seconds(family: "Family", case: "Case", gpus: int, start_s: float | None = None) -> float:
+    """Start-up (``start_s``: the family's as measured on this machine, else the model's) plus
+    placing the state."""
+    start = MODEL_START_S[_kind(family, case, gpus)] if start_s is None else start_s
+    return start + _placed_seconds(family, case)
+
+
+def model_seconds(family: "Family", case: "Case", variants: int, rounds: int, warmup: int, gpus: int,
+                  start_s: float | None = None) -> float:
     placed = case.numel_per_rank * family.host_bytes_per_element(case)
     per_round = 2 * placed / (MODEL_GBPS[_kind(family, case, gpus)] * 1e9) + MODEL_ROUND_OVERHEAD_S
-    return model_setup_seconds(family, case, gpus) + variants * (warmup + rounds) * per_round
+    return model_setup_seconds(family, case, gpus, start_s) + variants * (warmup + rounds) * per_round
+
+
+def family_start_seconds(by_run: dict[str, list[dict]]) -> dict[str, float]:
+    """Each family's start-up cost on the baseline's machine: the median over its recorded runs
+    of the fixed cost less the modelled placing of the run's state."""
+    from numabench.families import family
+    from numabench.results.entry import case_of_entry
+
+    starts: dict[str, list[float]] = {}
+    for entries in by_run.values():
+        extra = entries[0].get("extra_info") or {}
+        fixed = extra.get("run_fixed_s")
+        case = case_of_entry(extra, family(extra["family"]))
+        if fixed and case is not None:
+            starts.setdefault(case.family, []).append(max(0.5, fixed - _placed_seconds(family(case.family), case)))
+    return {f: statistics.median(v) for f, v in starts.items()}
 
 
 def baseline_seconds(family: "Family", entries: Sequence[dict], steps: int, setup_fallback_s: float,
@@ -139,11 +163,14 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
         if case is not None:
             by_run.setdefault(worker_run_key(case, family(case.family)), []).append(b)
     plan = Plan(baseline=baseline_name if baseline else None)
+    starts = family_start_seconds(by_run)
     checked: set[str] = set()  # kernels: checked or built before a family's first run
     for key, fam, case, variants, entries, rounds, warmup in runs:
-        setup_fallback = model_setup_seconds(fam, case, gpus)
+        start = starts.get(fam.key)
+        setup_fallback = model_setup_seconds(fam, case, gpus, start)
         found = baseline_seconds(fam, by_run.get(key, []), variants * (warmup + rounds), setup_fallback, variants)
-        seconds, source = found if found else (model_seconds(fam, case, variants, rounds, warmup, gpus), "model")
+        seconds, source = found if found else (model_seconds(fam, case, variants, rounds, warmup, gpus, start),
+                                               "model" if start is None else "model, start-up from the baseline")
         seconds += sum(kernel_seconds(k) for k in fam.kernels if k not in checked)
         checked.update(fam.kernels)
         plan.runs.append(RunPlan(key, fam.key, entries, seconds, source))

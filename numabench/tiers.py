@@ -6,10 +6,10 @@
 - ``ci`` (the default): each family's default sizes, dtypes and axes (narrowed where a
   family says so: ``Family.ci_sizes``, ``Family.ci_axis_values``, e.g. adam_offload's
   own kernel only, train_step's tiny model), one and all GPUs, and one policy of each
-  kind the machine can apply: ``default``, ``bind`` to
-  each memory node, ``interleave:all`` and a DRAM-heavy ``weighted`` 3:1 (near CPU
-  node : far or CPU-less node) where there are two memory nodes or more; at most
-  ``CI_MAX_ROUNDS`` rounds (the gate judges invocations, not rounds);
+  kind the machine can apply: ``default`` and, where there are two memory nodes or more
+  (with one, every policy places what ``default`` places), ``bind`` to each memory node,
+  ``interleave:all`` and a DRAM-heavy ``weighted`` 3:1 (near CPU node : far or CPU-less
+  node); at most ``CI_MAX_ROUNDS`` rounds (the gate judges invocations, not rounds);
 - ``full``: the whole matrix (every default policy template, shown as skipped where
   the machine lacks what it needs).
 
@@ -53,10 +53,13 @@ def check_tier(tier: str) -> str:
 
 
 def ci_policies(topology: "Topology", caps: "Capabilities") -> list[Policy]:
-    """One policy of each kind this machine can apply (see the module docstring)."""
+    """One policy of each kind this machine can apply (see the module docstring). With one
+    memory node every policy places every page on it, as ``default`` does: ci runs ``default``
+    only there (``bind:0`` is in the full tier)."""
     mem = list(topology.memory_node_ids) or [0]
-    texts = ["default"] + [f"bind:{n}" for n in mem]
+    texts = ["default"]
     if len(mem) >= 2:
+        texts += [f"bind:{n}" for n in mem]
         near = (list(topology.cpu_node_ids) or mem)[0]
         far = next(iter(topology.cpuless_node_ids), None)
         far = far if far is not None else next(n for n in mem if n != near)

@@ -38,7 +38,7 @@ def test_smoke_is_inside_ci_inside_full_and_smoke_is_each_family_once(tree):
 
 
 @pytest.mark.parametrize("tree, caps_kw, want", [
-    ("vm-1node", {}, ["default", "bind:0"]),
+    ("vm-1node", {}, ["default"]),  # one memory node: bind:0 places what default places
     ("dgx-2socket-8gpu", {}, ["default", "bind:0", "bind:1", "interleave:all", "weighted:0=3,1=1"]),
     # the DRAM-heavy side is the CPU node, the light side the CPU-less (CXL-like) node
     ("cxl-3node", {}, ["default", "bind:0", "bind:1", "bind:3", "interleave:all", "weighted:0=3,3=1"]),
@@ -56,6 +56,8 @@ def test_ci_narrows_where_a_family_says_so():
     assert sel.axis_values["impl"] == ("ours",) and sel.axis_values["schedule"] == ("serial", "overlap")
     assert sel.sizes is None and sel.dtypes is None and sel.max_rounds == 10
     assert selection("full", family("adam_offload"), t, caps).max_rounds is None
+    # train_step: the offloaded step and its GPU-resident reference, the tiny model
+    assert selection("ci", family("train_step"), t, caps).axis_values["mode"] == ("ddp", "fsdp-offload")
 
 
 def collect(*args: str) -> tuple[list[str], str]:

@@ -23,8 +23,10 @@ This module imports no torch: the pytest process reads families without it.
 """
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from numabench.cases import DTYPES, Case, Rank, format_size
 from numabench.errors import UsageError
@@ -49,6 +51,9 @@ class WorkerSpec:
     cpus: tuple[int, ...] | None = None  # the CPUs it is bound to (None: unbound)
     cpu_share: int = 1  # ranks whose threads share those CPUs
     variants: tuple[Mapping[str, str], ...] = ({},)  # worker-axis values it times, in turn
+    # correctness checks an earlier run of this session passed (check key -> its result): the
+    # worker skips those (the same kernel, dtype and device) and reports the earlier result
+    verified: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)  # the family's own (Family.spec_extra)
 
     def __post_init__(self) -> None:
@@ -69,6 +74,7 @@ class WorkerSpec:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["cpus"] = list(self.cpus) if self.cpus is not None else None
         d["variants"] = [dict(v) for v in self.variants]
+        d["verified"] = dict(self.verified)
         d["extra"] = dict(self.extra)
         return d
 
@@ -81,6 +87,7 @@ class WorkerSpec:
         if known.get("cpus") is not None:
             known["cpus"] = tuple(int(c) for c in known["cpus"])
         known["variants"] = tuple(dict(v) for v in (known.get("variants") or [{}]))
+        known["verified"] = dict(known.get("verified") or {})
         for key in ("numel", "rank", "nprocess", "cpu_share"):
             if key in known and known[key] is not None:
                 known[key] = int(known[key])
@@ -100,6 +107,26 @@ class Worker:
         self.spec = spec if isinstance(spec, WorkerSpec) else WorkerSpec.from_dict(spec)
         self.numel = self.spec.numel
         self.pad = SlowdownPad()  # pads timed phases where the family injects a slowdown
+        self.setup_parts_s: dict[str, float] = {}  # where set-up time went (time plans, docs)
+        self.verified_now: dict[str, Any] = {}  # checks run here (see verified_once)
+
+    @contextlib.contextmanager
+    def setup_part(self, name: str) -> Iterator[None]:
+        """Time a named part of set-up into ``setup_parts_s`` (parts with one name add up)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.setup_parts_s[name] = self.setup_parts_s.get(name, 0.0) + time.perf_counter() - t0
+
+    def verified_once(self, key: str, check: Callable[[], Any]) -> Any:
+        """``check()``'s result, or the result an earlier run of the session had for ``key``
+        (``spec.verified``); what ran here is reported in ``self.verified_now``."""
+        if key in self.spec.verified:
+            return self.spec.verified[key]
+        result = check()
+        self.verified_now[key] = result
+        return result
 
     def torch_dtype(self) -> Any:
         from numabench.workers.hostmem import torch_dtype

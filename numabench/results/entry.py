@@ -5,7 +5,8 @@ gate read these keys.
 
 extra_info of every entry: ``family, phase, nprocess, numel, numel_per_rank, dtype,
 policy``, one key per further axis (impl, schedule, ...), ``hardware_key``; of a measured
-entry also ``launcher, placement, per_rank_median_s, rounds, run_fixed_s, run_step_wall_s, invocation_medians_s`` and
+entry also ``launcher, placement, per_rank_median_s, rounds, run_fixed_s, run_fixed_parts_s,
+run_step_wall_s, invocation_medians_s`` and
 (with an injected slowdown) ``injected_slowdown``; then the family's metrics (bytes,
 GB/s, limits, ...).
 """
@@ -69,6 +70,7 @@ def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, met
         "per_rank_median_s": [sorted(r[phase])[len(r[phase]) // 2] for r in result.per_rank],
         "rounds": len(result.phases[phase]),
         "run_fixed_s": round(result.fixed_s, 3), "run_step_wall_s": result.step_wall_s,
+        "run_fixed_parts_s": result.fixed_parts_s,
         INVOCATION_MEDIANS: result.invocation_medians(phase),
         **metrics,
     }

@@ -49,6 +49,7 @@ class WorkerGroup:
         # folders, loader reports) go here, as their TMPDIR; the group removes it when it closes,
         # so a worker killed before its own clean-up leaves nothing behind.
         self.scratch = tempfile.mkdtemp(prefix="numabench-run-")
+        self.started_at = time.time()  # wall clock: workers report theirs (start-up cost)
         envs = [env] * len(commands) if isinstance(env, dict) else list(env)
         envs = [{**e, SCRATCH_ENV: self.scratch, "TMPDIR": self.scratch} for e in envs]
         try:

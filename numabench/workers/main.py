@@ -18,6 +18,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 import traceback
 
 from numabench import faults as faultlib
@@ -47,6 +48,7 @@ def die_with_parent() -> None:
 
 
 def main() -> int:
+    main_at = time.time()  # the parent's spawn time minus this: interpreter start and imports
     die_with_parent()
     proto_fd = os.dup(1)
     os.dup2(2, 1)  # anything printed goes to stderr, never into the protocol stream
@@ -73,9 +75,14 @@ def main() -> int:
                 if slowdown_factor() != 1.0 and not family(key).injects_slowdown:
                     raise ValueError(f"{SLOWDOWN_ENV} is not supported by family {key!r}: allowed for "
                                      f"{', '.join(injecting_families())}")
+                t0 = time.perf_counter()
                 worker = worker_class(key)(spec)
+                t1 = time.perf_counter()
                 info = worker.setup()
                 faultlib.fire(faults, "setup", None, rank, gpu)
+                info["verified"] = worker.verified_now
+                info["timing"] = {"main_at": main_at, "setup_at": time.time(), "import_s": t1 - t0,
+                                  "setup_s": time.perf_counter() - t1, "parts_s": worker.setup_parts_s}
                 reply = {"ok": True, "info": info}
             elif op == OP_STEP:
                 nstep += 1

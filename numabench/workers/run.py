@@ -52,10 +52,15 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
                  caps: Capabilities, *, rounds: int, warmup: int, launcher: str = "auto",
                  timeout_s: float = 600.0, tolerance_pp: float = 2.0,
                  spec_extra: dict[str, Any] | None = None,
-                 rank_nodes: list[int] | None = None) -> list[CaseResult]:
+                 rank_nodes: list[int] | None = None,
+                 verified: dict[str, Any] | None = None) -> list[CaseResult]:
     """Start the workers once for ``case`` and time each variant (values of the
     family's worker axes, e.g. impl x schedule) on the same placed memory.
-    ``rank_nodes`` pins CPU ranks to given nodes (the bandwidth matrix's rows)."""
+    ``rank_nodes`` pins CPU ranks to given nodes (the bandwidth matrix's rows).
+    ``verified``: the correctness checks passed so far in this session (check key -> result),
+    updated here; workers skip those (a kernel checked on a GPU at a dtype stays checked:
+    a session checks each once instead of paying a check, and its imports, in every run).
+    None: every worker runs its checks."""
     ranks: list[Rank] = family.ranks(case, topology)
     if rank_nodes is not None:
         ranks = [Rank(r.index, r.gpu, n, n) for r, n in zip(ranks, rank_nodes)]
@@ -82,6 +87,7 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
             "cpus": list(topology.node(r.cpu_node).cpus) if r.cpu_node is not None else None,
             # ranks whose threads share those CPUs: a worker sizes its thread pool by it
             "cpu_share": sum(1 for o in ranks if o.cpu_node == r.cpu_node),
+            "verified": dict(verified or {}),
             **(family.spec_extra(case) if family.spec_extra else {}), **(spec_extra or {})}))
     weights = WeightSetting(case.policy.weight_map) if case.policy.kind == "weighted" else contextlib.nullcontext()
     from numabench.workers.group import WorkerGroup
@@ -90,6 +96,11 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     t0 = time.perf_counter()
     with weights, WorkerGroup(commands, worker_env(), timeout_s=timeout_s) as group:
         infos = group.setup([spec.to_dict() for spec in specs])
+        if verified is not None:
+            for info in infos:
+                verified.update(info.get("verified") or {})
+        t_checks = time.perf_counter()
+        parts = fixed_parts(infos, group.started_at)
         placements = []
         for r, policy, info in zip(ranks, resolved, infos):
             report = PlacementReport.from_dict(info["placement"])
@@ -105,6 +116,7 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
         # (other tenants, clocks, page migration) hit every variant alike.
         payloads = [{"variant": dict(v)} for v in variants]
         t_steps = time.perf_counter()
+        parts["checks"] = t_steps - t_checks
         for _ in range(warmup):
             for payload in payloads:
                 group.step(payload)
@@ -119,13 +131,32 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
                 for ph in times[0]:
                     phases[k].setdefault(ph, []).append(max(t[ph] for t in times))
         steps_s = time.perf_counter() - t_steps
+        t_close = time.perf_counter()
         for k, variant in enumerate(variants):
             results.append(CaseResult(case=Case(case.family, case.nprocess, case.numel, case.policy, case.dtype,
                                                 variant),
                                       phases=phases[k], per_rank=per_rank[k], setup_info=infos,
                                       placement=placements, launcher=how, commands=commands, slowdown=slowdown))
     # The run's cost, for time plans: fixed (start, set-up, checks, teardown) and per step request
-    fixed_s = time.perf_counter() - t0 - steps_s
+    t_end = time.perf_counter()
+    fixed_s = t_end - t0 - steps_s
+    parts["close"] = t_end - t_close
+    parts = {k: round(v, 3) for k, v in parts.items()}
     for r in results:
         r.fixed_s, r.step_wall_s = fixed_s, steps_s / max(1, (warmup + rounds) * len(variants))
+        r.fixed_parts_s = parts
     return results
+
+
+def fixed_parts(infos: list[dict[str, Any]], started_at: float) -> dict[str, float]:
+    """The slowest rank's start-up and set-up parts (each rank's ``timing`` from workers.main)."""
+    timings = [i.get("timing") or {} for i in infos]
+    parts: dict[str, float] = {}
+    if all("main_at" in t for t in timings):
+        parts["start"] = max(t["main_at"] for t in timings) - started_at
+    for key in ("import_s", "setup_s"):
+        parts[key[:-2]] = max((t.get(key, 0.0) for t in timings), default=0.0)
+    for t in timings:
+        for name, v in (t.get("parts_s") or {}).items():
+            parts[f"setup.{name}"] = max(parts.get(f"setup.{name}", 0.0), v)
+    return parts

@@ -107,37 +107,51 @@ class Worker(BaseWorker):
 
         from numabench.kernels import cuda_adam
 
-        torch.cuda.set_device(self.device)
+        with self.setup_part("cuda_init"):
+            torch.cuda.set_device(self.device)
+            torch.cuda.synchronize(self.device)
         impls = {v.get("impl", "ours") for v in self.spec.variants}
         self.impls = {}
         # Correct before timed: each impl against float64 torch.optim.Adam on fresh random data.
         errors = {}
+        if "ours" in impls:
+            with self.setup_part("kernel_load"):
+                cuda_adam.load()
         for impl in sorted(impls):
             fn = cuda_adam.adam_step_ if impl == "ours" else torch_fused_step_
-            errors[impl] = {a: cuda_adam.check_against_reference(self.device, self.dtype, 1 << 20 | 12345,
-                                                                   steps=3, adamw=a == "adamw", step_fn=fn)
-                            for a in ("adam", "adamw")}
+            def check(fn=fn) -> dict[str, float]:
+                return {a: cuda_adam.check_against_reference(self.device, self.dtype, 1 << 20 | 12345, steps=3,
+                                                             adamw=a == "adamw", step_fn=fn)
+                        for a in ("adam", "adamw")}
+
+            with self.setup_part("check"):
+                errors[impl] = self.verified_once(f"adam_offload:gpu{self.spec.gpu}:{self.spec.dtype}:{impl}", check)
             self.impls[impl] = fn
         names = ("param", "grad", "exp_avg", "exp_avg_sq")
-        self.host = {n: allocate(self.numel, self.dtype, self.alloc) for n in names}
-        self.dev = {n: torch.empty(self.numel, dtype=self.dtype, device=self.device) for n in names}
+        with self.setup_part("alloc"):
+            self.host = {n: allocate(self.numel, self.dtype, self.alloc) for n in names}
+            self.dev = {n: torch.empty(self.numel, dtype=self.dtype, device=self.device) for n in names}
         # Random, never zero: draw on the GPU (fast), copy into the placed host pages.
         g = torch.Generator(device=self.device).manual_seed(1234 + self.spec.rank)
         self.dev["param"].normal_(0, 1, generator=g)
         self.dev["grad"].normal_(0, 1e-2, generator=g)
         self.dev["exp_avg"].normal_(0, 1e-2, generator=g)
         self.dev["exp_avg_sq"].uniform_(1e-6, 1e-4, generator=g)
-        for n in names:
-            self.host[n].tensor.copy_(self.dev[n])
-        torch.cuda.synchronize()
+        with self.setup_part("fill"):
+            for n in names:
+                self.host[n].tensor.copy_(self.dev[n])
+            torch.cuda.synchronize()
         ranges = [(b.address, b.nbytes) for b in self.host.values()]
-        placement = pages_report(ranges)
+        with self.setup_part("placement"):
+            placement = pages_report(ranges)
+            maps = numa_maps_report(ranges=ranges).to_dict()
         self.streams = [torch.cuda.Stream(self.device) for _ in range(3)]
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         self.overlapped = OverlappedStep(self.device, Schedule(self.chunk), self.host, self.dev,
                                          streams=self.streams)
-        limits = self._copy_limits()
-        return {"placement": placement.to_dict(), "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
+        with self.setup_part("limits"):
+            limits = self._copy_limits()
+        return {"placement": placement.to_dict(), "numa_maps": maps,
                 "bytes_h2d": 4 * self.numel * self.host["param"].tensor.element_size(),
                 "bytes_d2h": 3 * self.numel * self.host["param"].tensor.element_size(),
                 "max_rel_error": errors, "alloc": self.alloc, "chunk_elems": self.chunk,

@@ -45,10 +45,14 @@ class Worker(BaseWorker):
         impls = {v.get("impl", "ours") for v in self.spec.variants}
         errors = {}
         if impls & {"ours", "ours+copy"}:
-            for a in ("adam", "adamw"):
-                errors[f"ours-{a}"] = cpu_adam.check_against_reference(
+            def check() -> dict[str, float]:
+                return {f"ours-{a}": cpu_adam.check_against_reference(
                     self.dtype, (1 << 18) + 7, steps=3, adamw=a == "adamw",
                     with_copy_out=torch.bfloat16 if self.dtype == torch.float32 else None, num_threads=self.threads)
+                    for a in ("adam", "adamw")}
+
+            with self.setup_part("check"):
+                errors.update(self.verified_once(f"cpu_adam:{self.spec.dtype}:{cpu_adam.simd_level()}", check))
         names = ("param", "grad", "exp_avg", "exp_avg_sq")
         self.host = {n: allocate(self.numel, self.dtype, "pageable") for n in names}
         self.copy_out = allocate(self.numel, torch.bfloat16, "pageable")

@@ -99,7 +99,9 @@ FAMILY = GpuOrCpuFamily(
     host_bytes_per_element=lambda case: (model_config(case.param("model", "tiny")).seq_len + 1) * 8 * POOL + 2**21,
     case_skip_reason=skip_reason,
     gpu_only=gpu_only,
-    ci_axis_values={"model": ("tiny",)},
+    # ci: the host-offloaded step (the one NUMA placement moves) and its GPU-resident reference;
+    # FSDP without offload and the small model in the full tier
+    ci_axis_values={"model": ("tiny",), "mode": ("ddp", "fsdp-offload")},
     metrics=metrics,
     default_rounds=DEFAULT_ROUNDS,
     default_warmup=DEFAULT_WARMUP,

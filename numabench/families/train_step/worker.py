@@ -245,16 +245,19 @@ class Worker(BaseWorker):
             torch.set_num_threads(threads)
         addr = str(spec.extra.get("master_addr") or "127.0.0.1")
         port = int(spec.extra.get("master_port") or derived_port(spec))
-        dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
-                                world_size=world, timeout=datetime.timedelta(seconds=300),
-                                **({"device_id": device} if cuda else {}))
-        self.trainer = tr = Trainer(self.mode, self.model_name, spec.dtype, spec.numel, device,
-                                    data_seed=rank)
+        with self.setup_part("dist_init"):
+            dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
+                                    world_size=world, timeout=datetime.timedelta(seconds=300),
+                                    **({"device_id": device} if cuda else {}))
+        with self.setup_part("model"):
+            self.trainer = tr = Trainer(self.mode, self.model_name, spec.dtype, spec.numel, device,
+                                        data_seed=rank)
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         # Correct before timed: the loss on one fixed batch falls over the setup steps.
         fixed = tr.pool[0]
-        losses = [float(tr.step(fixed)) for _ in range(SETUP_STEPS)]
+        with self.setup_part("check"):
+            losses = [float(tr.step(fixed)) for _ in range(SETUP_STEPS)]
         if not all(map(lambda v: v == v and abs(v) != float("inf"), losses)) or not losses[-1] < losses[0]:
             raise RuntimeError(f"loss does not fall over {SETUP_STEPS} steps on a fixed batch: {losses}")
         digest = tr.param_digest()

@@ -39,20 +39,27 @@ class Worker(BaseWorker):
     def setup(self) -> dict:
         import torch
 
-        torch.cuda.set_device(self.device)
+        with self.setup_part("cuda_init"):
+            torch.cuda.set_device(self.device)
+            torch.cuda.synchronize(self.device)
         g = torch.Generator(device=self.device).manual_seed(4321 + self.spec.rank)
         self.dev_src = torch.empty(self.numel, dtype=self.dtype, device=self.device).uniform_(0.5, 1.5, generator=g)
         self.dev_dst = torch.empty_like(self.dev_src)
-        for kind in self.kinds:
-            src = allocate(self.numel, self.dtype, ALLOC_OF[kind])
-            dst = allocate(self.numel, self.dtype, ALLOC_OF[kind])
-            self.host[kind] = {"src": src, "dst": dst}
-            src.tensor.copy_(torch.empty_like(self.dev_src).uniform_(-2.0, 2.0, generator=g))
-        torch.cuda.synchronize(self.device)
+        with self.setup_part("alloc"):
+            for kind in self.kinds:
+                src = allocate(self.numel, self.dtype, ALLOC_OF[kind])
+                dst = allocate(self.numel, self.dtype, ALLOC_OF[kind])
+                self.host[kind] = {"src": src, "dst": dst}
+                src.tensor.copy_(torch.empty_like(self.dev_src).uniform_(-2.0, 2.0, generator=g))
+            torch.cuda.synchronize(self.device)
         self.streams = [torch.cuda.Stream(self.device) for _ in range(2)]
-        self.check()
+        with self.setup_part("check"):
+            self.check()
         ranges = [(b.address, b.nbytes) for bufs in self.host.values() for b in bufs.values()]
-        return {"placement": pages_report(ranges).to_dict(), "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
+        with self.setup_part("placement"):
+            placement = pages_report(ranges).to_dict()
+            maps = numa_maps_report(ranges=ranges).to_dict()
+        return {"placement": placement, "numa_maps": maps,
                 "memory": self.kinds, "bytes": self.numel * self.dev_src.element_size(),
                 "device_name": torch.cuda.get_device_name(self.device), "checked": True}
 
