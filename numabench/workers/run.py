@@ -71,6 +71,8 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     misplace = faultlib.parent_fault("misplace")  # also checks NUMABENCH_FAULT before any worker starts
     commands, specs, resolved = [], [], []
     how = "none"
+    # once per run: every rank must get the same values (e.g. the process group's rendezvous port)
+    family_extra = family.spec_extra(case) if family.spec_extra else {}
     for r in ranks:
         policy = case.policy.resolve(topology, r.own_node)
         resolved.append(policy)
@@ -88,7 +90,7 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
             # ranks whose threads share those CPUs: a worker sizes its thread pool by it
             "cpu_share": sum(1 for o in ranks if o.cpu_node == r.cpu_node),
             "verified": dict(verified or {}),
-            **(family.spec_extra(case) if family.spec_extra else {}), **(spec_extra or {})}))
+            **family_extra, **(spec_extra or {})}))
     weights = WeightSetting(case.policy.weight_map) if case.policy.kind == "weighted" else contextlib.nullcontext()
     from numabench.workers.group import WorkerGroup
 
