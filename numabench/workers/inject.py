@@ -75,9 +75,13 @@ class SlowdownPad:
                 torch.cuda._sleep(cycles)
 
     def observe(self, key: Any, measured_s: float) -> None:
-        """The phase's measured time this round (pad included): remembers the un-padded part."""
+        """The phase's measured time this round (pad included): remembers the un-padded part,
+        the least seen. A pad can slow what runs beside it (overlapped copies share the link):
+        measured less pad then overstates the phase, and a pad sized from that would grow round
+        after round; the least seen does not."""
         if self.active:
-            self._base_s[key] = max(measured_s - self._pad_s.pop(key, 0.0), 0.0)
+            base = max(measured_s - self._pad_s.pop(key, 0.0), 0.0)
+            self._base_s[key] = min(base, self._base_s.get(key, base))
 
     def _rate(self, device: Any) -> float:
         """GPU clock cycles per second of ``torch.cuda._sleep``, measured once."""
