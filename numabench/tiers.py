@@ -1,11 +1,12 @@
 """Run tiers: how much of each family's matrix a run takes.
 
 - ``smoke``: every family once: one process, its smallest default size, the default
-  policy, its first dtype, the first value of each axis (minutes on one GPU: for
+  policy, its first dtype (of ci's), the first value of each axis (minutes on one GPU: for
   every pull request);
 - ``ci`` (the default): each family's default sizes, dtypes and axes (narrowed where a
-  family says so: ``Family.ci_sizes``, ``Family.ci_axis_values``, e.g. adam_offload's
-  own kernel only, train_step's tiny model), one and all GPUs, and one policy of each
+  family says so: ``Family.ci_sizes``, ``Family.ci_axis_values``, ``ci_gpu_dtypes``, e.g.
+  adam_offload's own kernel only, train_step's tiny model in bf16 on GPUs), one and all
+  GPUs, and one policy of each
   kind the machine can apply: ``default`` and, where there are two memory nodes or more
   (with one, every policy places what ``default`` places), ``bind`` to each memory node,
   ``interleave:all`` and a DRAM-heavy ``weighted`` 3:1 (near CPU node : far or CPU-less
@@ -75,9 +76,10 @@ def selection(tier: str, family: "Family", topology: "Topology", caps: "Capabili
         return Selection()
     if tier == "ci":
         return Selection(sizes=family.ci_sizes, policies=tuple(ci_policies(topology, caps)),
+                         dtypes=family.ci_gpu_dtypes if topology.gpus else None,
                          axis_values={**family.axis_values(), **family.ci_axis_values}, max_rounds=CI_MAX_ROUNDS)
     return Selection(nprocess=(1,), sizes=(min(family.default_sizes),), policies=(Policy.parse("default"),),
-                     dtypes=family.default_dtypes[:1],
+                     dtypes=((topology.gpus and family.ci_gpu_dtypes) or family.default_dtypes)[:1],  # inside ci
                      axis_values={a: vals[:1] for a, vals in family.axis_values().items()}, max_rounds=CI_MAX_ROUNDS)
 
 

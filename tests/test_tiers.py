@@ -57,7 +57,9 @@ def test_ci_narrows_where_a_family_says_so():
     assert sel.sizes is None and sel.dtypes is None and sel.max_rounds == 10
     assert selection("full", family("adam_offload"), t, caps).max_rounds is None
     # train_step: the offloaded step and its GPU-resident reference, the tiny model
-    assert selection("ci", family("train_step"), t, caps).axis_values["mode"] == ("ddp", "fsdp-offload")
+    ts = selection("ci", family("train_step"), t, caps)
+    assert ts.axis_values["mode"] == ("ddp", "fsdp-offload") and ts.dtypes == ("bf16",)
+    assert selection("ci", family("train_step"), topo("vm-1node"), caps).dtypes is None  # no GPU: fp32 runs
 
 
 def collect(*args: str) -> tuple[list[str], str]:

@@ -196,6 +196,7 @@ class Family:
     # afford (numabench.tiers): sizes and axis values (None / absent: the defaults)
     ci_sizes: tuple[int, ...] | None = None
     ci_axis_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ci_gpu_dtypes: tuple[str, ...] | None = None  # the ci tier's dtypes where the machine has GPUs
 
     def axis_values(self, overrides: dict[str, list[str]] | None = None) -> dict[str, tuple[str, ...]]:
         """The extra axes' values for a run: defaults, or what --numa-axis names (validated)."""

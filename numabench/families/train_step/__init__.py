@@ -102,6 +102,7 @@ FAMILY = GpuOrCpuFamily(
     # ci: the host-offloaded step (the one NUMA placement moves) and its GPU-resident reference;
     # FSDP without offload and the small model in the full tier
     ci_axis_values={"model": ("tiny",), "mode": ("ddp", "fsdp-offload")},
+    ci_gpu_dtypes=("bf16",),  # how GPUs train (mixed precision); CPU ranks train fp32 (bf16 needs CUDA)
     metrics=metrics,
     default_rounds=DEFAULT_ROUNDS,
     default_warmup=DEFAULT_WARMUP,
