@@ -110,12 +110,14 @@ def parse_axis_option(text: str) -> tuple[str, list[str]]:
 
 @dataclass
 class Rank:
-    """Where one rank runs: its GPU (if any), the node it calls its own, the CPUs' node."""
+    """Where one rank runs: its GPU (if any), the node it calls its own, the CPUs' node, and
+    (``cpus``) its own CPUs on that node where it does not share the node's (None: all of them)."""
 
     index: int
     gpu: int | None
     own_node: int | None
     cpu_node: int | None
+    cpus: tuple[int, ...] | None = None
 
 
 @dataclass

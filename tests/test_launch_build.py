@@ -151,3 +151,13 @@ def test_launcher_main_refuses_before_exec(args, message, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("numabench.numa.launch: ") and message in err
+
+
+def test_a_rank_of_its_own_cpus_gets_physcpubind_or_the_launchers_cpus():
+    """cpu_bind rank-cores: the worker runs on its share of the node, not the whole node."""
+    cmd, how = build_command(ARGV, Policy.parse("bind:1"), topo("dgx-2socket-8gpu"), NUMACTL_2016, cpu_node=1,
+                             cpus=(56, 57, 58, 60))
+    assert (cmd, how) == ([NUMACTL, "--physcpubind=56-58,60", "--membind=1", "--", *ARGV], "numactl")
+    cmd, how = build_command(ARGV, Policy.parse("weighted:0=1,1=1"), topo("dgx-2socket-8gpu"), NUMACTL_2016,
+                             cpu_node=1, cpus=(56, 57))
+    assert how == "builtin" and cmd[cmd.index("--cpus") + 1] == "56-57"

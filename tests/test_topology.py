@@ -181,3 +181,19 @@ def test_live_machine():
     assert t.memory_node_ids, "no node with memory"
     for g in t.gpus:
         assert g.numa_node_source in ("sysfs", "only-node", "unknown")
+
+
+def test_physical_cores_group_smt_siblings(tmp_path):
+    """sysfs thread_siblings_list groups CPUs by core; a CPU sysfs says nothing of is a core."""
+    import shutil
+
+    root = tmp_path / "m"
+    shutil.copytree(MACHINES / "vm-1node", root)
+    for cpu, siblings in ((0, "0-1"), (1, "0-1")):
+        d = root / f"sys/devices/system/cpu/cpu{cpu}/topology"
+        d.mkdir(parents=True)
+        (d / "thread_siblings_list").write_text(siblings + "\n")
+    t = discover(root)
+    assert t.core_of == {0: 0, 1: 0} and t.physical_cores([1, 0]) == [(0, 1)]
+    assert Topology.from_dict(json.loads(t.to_json())).core_of == t.core_of
+    assert topo("vm-1node").physical_cores([0, 1]) == [(0,), (1,)]  # recorded without the files

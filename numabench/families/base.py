@@ -13,9 +13,12 @@ GPUs}) and changes how ranks and skip reasons come about:
   ``Family.ranks``); nprocess > GPUs is a skip.
 - no GPU: every rank on the first CPU node (a CPU-only machine is a CI machine:
   one process group of ``nprocess`` CPU processes on that node's CPUs).
-- ``cpu_binding(case)`` False (e.g. the dataloader's ``binding=unbound``): the
-  rank keeps its own node (for ``local``) but is not CPU-bound, so its worker is
-  started without --cpunodebind and ``default`` promises no node.
+- ``cpu_bind(case)``: ``node`` (default: the rank's node's CPUs, shared by the
+  ranks on it), ``rank-cores`` (each rank a disjoint share of the node's physical
+  cores, ``numactl --physcpubind``), ``none`` (e.g. the dataloader's
+  ``binding=unbound``: the rank keeps its own node (for ``local``) but is not
+  CPU-bound, so its worker is started without --cpunodebind and ``default``
+  promises no node).
 - ``gpu_only(case)``: a reason when that case needs CUDA (FSDP CPU offload, bf16
   autocast, a GPU-sized default).
 
@@ -272,9 +275,29 @@ class Family:
         return None
 
 
+CPU_BINDS = ("node", "rank-cores", "none")
+
+
+def rank_core_shares(ranks: list[Rank], topology: "Topology") -> dict[int, tuple[int, ...]]:
+    """Each rank's own CPUs: the physical cores of its CPU node split into equal, disjoint,
+    contiguous shares among the ranks on that node, one CPU (the first SMT sibling) per core,
+    as DeepSpeed's ``--bind_cores_to_rank`` does; cores left over stay unused. Empty where a
+    node has fewer cores than ranks (a skip reason says so)."""
+    shares: dict[int, tuple[int, ...]] = {}
+    for node in {r.cpu_node for r in ranks if r.cpu_node is not None}:
+        on_node = [r for r in ranks if r.cpu_node == node]
+        cores = topology.physical_cores(topology.node(node).cpus)
+        per = len(cores) // len(on_node)
+        for j, r in enumerate(on_node):
+            shares[r.index] = tuple(core[0] for core in cores[j * per:(j + 1) * per])
+    return shares
+
+
 @dataclass
 class GpuOrCpuFamily(Family):
-    cpu_binding: Callable[[Case], bool] = lambda case: True
+    # how ranks are CPU-bound (CPU_BINDS): "node" (the node's CPUs, shared by the ranks on it),
+    # "rank-cores" (a disjoint share of its physical cores per rank), "none" (unbound)
+    cpu_bind: Callable[[Case], str] = lambda case: "node"
     # reason a case cannot run without a GPU (None: it runs on the CPU too)
     gpu_only: Callable[[Case], str | None] = lambda case: None
 
@@ -284,8 +307,14 @@ class GpuOrCpuFamily(Family):
         else:
             node = (topology.cpu_node_ids or (0,))[0]
             ranks = [Rank(i, None, node, node) for i in range(case.nprocess)]
-        if not self.cpu_binding(case):
+        bind = self.cpu_bind(case)
+        if bind not in CPU_BINDS:
+            raise UsageError(f"cpu_bind {bind!r} for {case.id}: allowed {', '.join(CPU_BINDS)}")
+        if bind == "none":
             ranks = [Rank(r.index, r.gpu, r.own_node, None) for r in ranks]
+        elif bind == "rank-cores":
+            shares = rank_core_shares(ranks, topology)
+            ranks = [Rank(r.index, r.gpu, r.own_node, r.cpu_node, shares.get(r.index) or None) for r in ranks]
         return ranks
 
     def skip_reason(self, case: Case, topology: "Topology", caps: "Capabilities",
@@ -303,4 +332,12 @@ class GpuOrCpuFamily(Family):
             reason = self.gpu_only(case)
             if reason:
                 return f"{reason}; no CUDA GPU is visible (needs a CUDA GPU)"
+        if self.cpu_bind(case) == "rank-cores" and not (ngpu and case.nprocess > ngpu):
+            ranks = self.ranks(case, topology)
+            short = sorted({r.cpu_node for r in ranks if r.cpu_node is not None and not r.cpus})
+            if short:
+                cores = {n: len(topology.physical_cores(topology.node(n).cpus)) for n in short}
+                return (f"cpu_bind rank-cores needs a physical core per rank; node(s) "
+                        + ", ".join(f"{n} ({c} cores)" for n, c in cores.items())
+                        + f" have fewer than the {case.nprocess} ranks placed there")
         return super().skip_reason(case, topology, caps, host_memory_bytes)

@@ -53,6 +53,8 @@ class Topology:
     kernel_release: str
     gpus: tuple[Gpu, ...] = field(default=())
     cpu_model: str = ""
+    # CPU -> its physical core (the core's first SMT sibling); a CPU missing here is a core of its own
+    core_of: dict[int, int] = field(default_factory=dict)
 
     # -- lookups -----------------------------------------------------------
     @property
@@ -93,6 +95,13 @@ class Topology:
             raise KeyError("no NUMA node has CPUs")
         return min(candidates, key=lambda n: (node.distances.get(n.id, 255), n.id)).id
 
+    def physical_cores(self, cpus: Sequence[int]) -> list[tuple[int, ...]]:
+        """``cpus`` grouped by physical core (SMT siblings together), cores in order."""
+        cores: dict[int, list[int]] = {}
+        for c in sorted(cpus):
+            cores.setdefault(self.core_of.get(c, c), []).append(c)
+        return [tuple(v) for _, v in sorted(cores.items())]
+
     def kernel_version(self) -> tuple[int, int]:
         return kernel_version_tuple(self.kernel_release)
 
@@ -102,6 +111,7 @@ class Topology:
         for n in d["nodes"]:
             n["distances"] = {str(k): v for k, v in n["distances"].items()}
             n["cpuless"] = not n["cpus"] and n["mem_total_bytes"] > 0
+        d["core_of"] = {str(k): v for k, v in self.core_of.items()}
         return d
 
     def to_json(self) -> str:
@@ -121,7 +131,8 @@ class Topology:
         )
         gpus = tuple(Gpu(**g) for g in d.get("gpus", ()))
         return cls(nodes=nodes, online_cpus=tuple(d["online_cpus"]), kernel_release=d["kernel_release"],
-                   gpus=gpus, cpu_model=d.get("cpu_model", ""))
+                   gpus=gpus, cpu_model=d.get("cpu_model", ""),
+                   core_of={int(k): v for k, v in (d.get("core_of") or {}).items()})
 
 
 def kernel_version_tuple(release: str) -> tuple[int, int]:
@@ -182,6 +193,16 @@ def read_nodes(root: Path) -> tuple[NumaNode, ...]:
     return tuple(nodes)
 
 
+def read_cores(root: Path, cpus: Sequence[int]) -> dict[int, int]:
+    """CPU -> its core's first SMT sibling, for CPUs whose sysfs says it (others are left out)."""
+    core_of = {}
+    for c in cpus:
+        text = _read(root / f"sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list").strip()
+        if text:
+            core_of[c] = min(parse_list(text, "cpu list"))
+    return core_of
+
+
 def gpu_numa_node(root: Path, bus_id: str, memory_nodes: Sequence[int]) -> tuple[int | None, str]:
     """A GPU's node from sysfs; -1 means the firmware did not say."""
     text = _read(root / "sys/bus/pci/devices" / bus_id / "numa_node").strip()
@@ -219,4 +240,4 @@ def discover(root: str | os.PathLike = "/", gpus: Sequence[GpuInfo] | None = Non
         topo_gpus.append(Gpu(index=g.cuda_index, pci_bus_id=g.pci_bus_id, numa_node=node,
                              numa_node_source=source, name=g.name, memory_bytes=g.memory_bytes))
     return Topology(nodes=nodes, online_cpus=online, kernel_release=release, gpus=tuple(topo_gpus),
-                    cpu_model=_cpu_model(root))
+                    cpu_model=_cpu_model(root), core_of=read_cores(root, online))

@@ -61,19 +61,25 @@ def choose_launcher(policy: Policy, caps: Capabilities, launcher: str = "auto") 
 
 
 def build_command(argv: Sequence[str], policy: Policy, topology: Topology, caps: Capabilities,
-                  cpu_node: int | None = None, launcher: str = "auto") -> tuple[list[str], str]:
-    """(command, launcher used). ``policy`` must be resolved (no 'local', no 'all')."""
+                  cpu_node: int | None = None, launcher: str = "auto",
+                  cpus: Sequence[int] | None = None) -> tuple[list[str], str]:
+    """(command, launcher used). ``policy`` must be resolved (no 'local', no 'all'). The worker
+    runs on ``cpus`` where given, else on ``cpu_node``'s CPUs, else where the OS puts it."""
     if policy.kind == "local" or policy.all_nodes:
         raise UsageError(f"policy {policy} must be resolved before launching")
     how = choose_launcher(policy, caps, launcher)
     if how == "numactl":
         cmd = [caps.numactl_path or "numactl"]
-        if cpu_node is not None:
+        if cpus:
+            cmd.append(f"--physcpubind={format_list(cpus)}")
+        elif cpu_node is not None:
             cmd.append(f"--cpunodebind={cpu_node}")
         cmd += numactl_flags(policy)
         return cmd + ["--", *argv], how
     cmd = [sys.executable, "-m", "numabench.numa.launch", "--policy", str(policy)]
-    if cpu_node is not None:
+    if cpus:
+        cmd += ["--cpus", format_list(cpus)]
+    elif cpu_node is not None:
         cmd += ["--cpus", format_list(topology.node(cpu_node).cpus)]
     return cmd + ["--", *argv], how
 

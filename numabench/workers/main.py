@@ -47,6 +47,16 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+def check_affinity(spec: WorkerSpec) -> list[int]:
+    """This process's CPUs; where the parent bound it (``spec.cpus``) they must be some of
+    those (a cpuset may narrow a node, never widen a binding): else the run would claim a
+    binding it did not get."""
+    affinity = sorted(os.sched_getaffinity(0))
+    if spec.cpus is not None and not set(affinity) <= set(spec.cpus):
+        raise RuntimeError(f"rank {spec.rank} runs on CPUs {affinity}; it was bound to {sorted(spec.cpus)}")
+    return affinity
+
+
 def main() -> int:
     main_at = time.time()  # the parent's spawn time minus this: interpreter start and imports
     die_with_parent()
@@ -75,12 +85,14 @@ def main() -> int:
                 if slowdown_factor() != 1.0 and not family(key).injects_slowdown:
                     raise ValueError(f"{SLOWDOWN_ENV} is not supported by family {key!r}: allowed for "
                                      f"{', '.join(injecting_families())}")
+                affinity = check_affinity(spec)
                 t0 = time.perf_counter()
                 worker = worker_class(key)(spec)
                 t1 = time.perf_counter()
                 info = worker.setup()
                 faultlib.fire(faults, "setup", None, rank, gpu)
                 info["verified"] = worker.verified_now
+                info.setdefault("affinity", affinity)
                 info["timing"] = {"main_at": main_at, "setup_at": time.time(), "import_s": t1 - t0,
                                   "setup_s": time.perf_counter() - t1, "parts_s": worker.setup_parts_s}
                 reply = {"ok": True, "info": info}

@@ -77,18 +77,19 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
         policy = case.policy.resolve(topology, r.own_node)
         resolved.append(policy)
         argv = [sys.executable, "-m", "numabench.workers.main", family.key]
-        if policy.kind == "default" and r.cpu_node is None:
+        if policy.kind == "default" and r.cpu_node is None and not r.cpus:
             cmd, how_r = argv, "none"
         else:
-            cmd, how_r = build_command(argv, policy, topology, caps, cpu_node=r.cpu_node, launcher=launcher)
+            cmd, how_r = build_command(argv, policy, topology, caps, cpu_node=r.cpu_node, launcher=launcher,
+                                       cpus=r.cpus)
         how = how_r if how in ("none", how_r) else "mixed"
         commands.append(cmd)
         specs.append(WorkerSpec.from_dict({
             "rank": r.index, "nprocess": case.nprocess, "gpu": r.gpu, "numel": case.numel_per_rank,
             "dtype": case.dtype, "policy": str(policy), "cpu_node": r.cpu_node, "variants": [dict(v) for v in variants],
-            "cpus": list(topology.node(r.cpu_node).cpus) if r.cpu_node is not None else None,
+            "cpus": list(r.cpus) if r.cpus else list(topology.node(r.cpu_node).cpus) if r.cpu_node is not None else None,
             # ranks whose threads share those CPUs: a worker sizes its thread pool by it
-            "cpu_share": sum(1 for o in ranks if o.cpu_node == r.cpu_node),
+            "cpu_share": 1 if r.cpus else sum(1 for o in ranks if o.cpu_node == r.cpu_node and not o.cpus),
             "verified": dict(verified or {}),
             **family_extra, **(spec_extra or {})}))
     weights = WeightSetting(case.policy.weight_map) if case.policy.kind == "weighted" else contextlib.nullcontext()

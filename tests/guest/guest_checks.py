@@ -267,8 +267,38 @@ def check_advise() -> dict:
     return {"run_rc": run["rc"], "rc": adv.returncode, "stdout": adv.stdout[-6000:], "stderr": adv.stderr[-2000:]}
 
 
+AFFINITY_PROBE = ("import json, os; print(json.dumps({'affinity': sorted(os.sched_getaffinity(0)), "
+                  "'pid': os.getpid()}))")
+
+
+def check_cpu_bind() -> dict:
+    """A rank of its own CPUs (cpu_bind rank-cores) under a memory policy of another node: the
+    command numabench builds (numactl --physcpubind, or the built-in launcher's --cpus) runs
+    where it says, whichever launcher."""
+    from numabench.numa.launch import build_command, worker_env
+
+    topo, caps = _machine()
+    rows = []
+    for launcher in ("numactl", "builtin"):
+        for cpu_node, policy in ((0, "bind:1"), (1, "interleave:0,2")):
+            cpus = topo.node(cpu_node).cpus[:1]
+            cmd, how = build_command([sys.executable, "-c", AFFINITY_PROBE], Policy.parse(policy), topo, caps,
+                                     cpu_node=cpu_node, launcher=launcher, cpus=cpus)
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=worker_env())
+            row = {"launcher": launcher, "launcher_used": how, "policy": policy, "cpus": list(cpus),
+                   "command": cmd, "rc": out.returncode, "stderr_tail": out.stderr[-1000:]}
+            try:
+                row.update(json.loads(out.stdout.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                row["stdout_tail"] = out.stdout[-1000:]
+            log(f"cpu-bind: {launcher} {policy} cpus={list(cpus)} -> {row.get('affinity')} (rc {out.returncode})")
+            rows.append(row)
+    return {"rows": rows}
+
+
 CHECKS = {
     "advise": check_advise,
+    "cpu-bind": check_cpu_bind,
     "topo": check_topo,
     "placement": check_placement,
     "weights": check_weights,

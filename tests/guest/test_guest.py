@@ -88,7 +88,7 @@ def guest_checks(kernel: str, *checks: str) -> dict:
 
 @pytest.fixture(scope="module")
 def guest612() -> dict:
-    return guest_checks("6.12", "topo", "placement", "weights", "pytest-weighted", "advise")
+    return guest_checks("6.12", "topo", "placement", "weights", "pytest-weighted", "advise", "cpu-bind")
 
 
 @pytest.fixture(scope="module")
@@ -222,3 +222,16 @@ def test_advise_plumbing_on_a_multi_node_kernel(guest612):
     assert out.startswith("model: t(f) = max(") and "touch:write" in out, out
     assert "bind:0" in out and "bind:1" in out and "(measured" in out, out
     assert "model error against the measured weighted cases" in out and "over 2 cases" in out, out
+
+
+# -- g. a rank of its own CPUs (train_step's cpu_bind rank-cores) runs there, either launcher ---
+
+def test_rank_cpus_are_where_the_command_runs(guest612):
+    rows = guest612["cpu-bind"]["rows"]
+    assert len(rows) == 4, rows
+    for row in rows:
+        assert row["rc"] == 0 and row["launcher_used"] == row["launcher"], row
+        flag = f"--physcpubind={row['cpus'][0]}" if row["launcher"] == "numactl" else "--cpus"
+        assert flag in row["command"], row["command"]
+        assert row["affinity"] == row["cpus"], row
+    assert {r["cpus"][0] for r in rows} == {0, 1}  # one CPU of each CPU node

@@ -74,7 +74,7 @@ FAMILY = GpuOrCpuFamily(
     device_bytes_per_element=lambda case: 3 * 224 * 224 * 4,
     case_skip_reason=skip_reason,
     ci_sizes=(32,),
-    cpu_binding=lambda case: case.param("binding", "bound") == "bound",
+    cpu_bind=lambda case: "node" if case.param("binding", "bound") == "bound" else "none",
     gpu_only=gpu_only,
     metrics=metrics,
     default_rounds=DEFAULT_ROUNDS,

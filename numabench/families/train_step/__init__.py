@@ -19,7 +19,7 @@ import socket
 import statistics
 
 from numabench.cases import CaseResult
-from numabench.families.base import GpuOrCpuFamily
+from numabench.families.base import CPU_BINDS, GpuOrCpuFamily
 from numabench.families.train_step.configs import model_config
 
 DEFAULT_ROUNDS = 10
@@ -80,6 +80,7 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "host_bytes_by_node_per_rank": [i["host_bytes_by_node"]["bytes_by_node"] for i in infos],
         "host_state_bytes_per_rank": [i["host_state_bytes"] for i in infos],
         "threads_per_rank": [i.get("threads") for i in infos],
+        "cpus_per_rank": [i.get("affinity") for i in infos],
         "placed": info["placed"], "setup_losses_rank0": info["setup_losses"], "device": info["device_name"],
     }
 
@@ -92,7 +93,10 @@ FAMILY = GpuOrCpuFamily(
     rank_kind="gpu",
     default_sizes=(32,),
     default_dtypes=("fp32", "bf16"),
-    extra_axes={"mode": MODES, "model": ("tiny", "small")},
+    # cpu_bind: node (the node's CPUs shared by its ranks), rank-cores (disjoint physical cores
+    # per rank, as DeepSpeed's --bind_cores_to_rank), none (unbound)
+    extra_axes={"mode": MODES, "model": ("tiny", "small"), "cpu_bind": CPU_BINDS},
+    cpu_bind=lambda case: case.param("cpu_bind", "node"),
     worker_axes=(),
     # per sequence of the global batch: its int64 tokens in the batch pool (x4) and, on CPU ranks,
     # activations of the tiny model (~2 MiB); a bound for the fits-in-memory check
@@ -101,7 +105,7 @@ FAMILY = GpuOrCpuFamily(
     gpu_only=gpu_only,
     # ci: the host-offloaded step (the one NUMA placement moves) and its GPU-resident reference;
     # FSDP without offload and the small model in the full tier
-    ci_axis_values={"model": ("tiny",), "mode": ("ddp", "fsdp-offload")},
+    ci_axis_values={"model": ("tiny",), "mode": ("ddp", "fsdp-offload"), "cpu_bind": ("node",)},
     ci_gpu_dtypes=("bf16",),  # how GPUs train (mixed precision); CPU ranks train fp32 (bf16 needs CUDA)
     metrics=metrics,
     default_rounds=DEFAULT_ROUNDS,
