@@ -60,7 +60,7 @@ def test_adam_offload_phases_take_the_factor_longer(schedule):
         # the link with them (H100: 1.17-1.18 for 1.10, the pad sized from the least un-padded
         # time seen, so no feedback). Those two only have to be at least the factor; the step,
         # what a user compares, is held to it.
-        high = FACTOR + {("overlap", "compute"): 0.15, ("overlap", "d2h"): 0.10}.get((schedule, ph), 0.03)
+        high = FACTOR + {("overlap", "compute"): 0.20, ("overlap", "d2h"): 0.15}.get((schedule, ph), 0.03)
         assert FACTOR - 0.03 < ratios[ph] < high, (schedule, ph, ratios)
 
 
