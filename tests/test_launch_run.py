@@ -85,6 +85,12 @@ def test_touch_case_through_the_whole_machinery(launcher):
     [p] = res.placement
     assert p.verdict is not None and p.verdict.ok
     assert p.report.total_bytes == 64 * 2**20
+    # where the run's fixed time went (time plans): the parts are within the whole
+    parts = res.fixed_parts_s
+    assert {"start", "import", "setup", "checks", "close"} <= set(parts), parts
+    assert all(v >= 0 for v in parts.values()) and res.fixed_s > 0
+    assert sum(parts[k] for k in ("start", "import", "setup", "checks", "close")) <= res.fixed_s + 0.05, parts
+    assert res.setup_info[0]["affinity"] and set(res.setup_info[0]["affinity"]) <= set(TOPO.node(NODE).cpus)
 
 
 def test_wrong_promise_fails_the_case(monkeypatch):
