@@ -105,19 +105,13 @@ def model_seconds(family: "Family", case: "Case", variants: int, rounds: int, wa
     return model_setup_seconds(family, case, gpus, start_s) + variants * (warmup + rounds) * per_round
 
 
-def family_start_seconds(by_run: dict[str, list[dict]]) -> dict[str, float]:
+def family_start_seconds(recorded: Iterable[tuple["Family", "Case", float]]) -> dict[str, float]:
     """Each family's start-up cost on the baseline's machine: the median over its recorded runs
-    of the fixed cost less the modelled placing of the run's state."""
-    from numabench.families import family
-    from numabench.results.entry import case_of_entry
-
+    (family, a case of the run, the run's fixed cost) of the fixed cost less the modelled
+    placing of the run's state."""
     starts: dict[str, list[float]] = {}
-    for entries in by_run.values():
-        extra = entries[0].get("extra_info") or {}
-        fixed = extra.get("run_fixed_s")
-        case = case_of_entry(extra, family(extra["family"]))
-        if fixed and case is not None:
-            starts.setdefault(case.family, []).append(max(0.5, fixed - _placed_seconds(family(case.family), case)))
+    for fam, case, fixed in recorded:
+        starts.setdefault(fam.key, []).append(max(0.5, fixed - _placed_seconds(fam, case)))
     return {f: statistics.median(v) for f, v in starts.items()}
 
 
@@ -155,15 +149,20 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
     from numabench.results.entry import case_of_entry
 
     by_run: dict[str, list[dict]] = {}
+    recorded: dict[str, tuple["Family", "Case", float]] = {}  # run key -> its fixed cost (start-up model)
     for b in (baseline or {}).get("benchmarks", []):
         extra = b.get("extra_info") or {}
         if extra.get("family") not in FAMILIES:
             continue
-        case = case_of_entry(extra, family(extra["family"]))
+        fam = family(extra["family"])
+        case = case_of_entry(extra, fam)
         if case is not None:
-            by_run.setdefault(worker_run_key(case, family(case.family)), []).append(b)
+            key = worker_run_key(case, fam)
+            by_run.setdefault(key, []).append(b)
+            if extra.get("run_fixed_s"):
+                recorded.setdefault(key, (fam, case, extra["run_fixed_s"]))
     plan = Plan(baseline=baseline_name if baseline else None)
-    starts = family_start_seconds(by_run)
+    starts = family_start_seconds(recorded.values())
     checked: set[str] = set()  # kernels: checked or built before a family's first run
     for key, fam, case, variants, entries, rounds, warmup in runs:
         start = starts.get(fam.key)

@@ -74,12 +74,12 @@ def selection(tier: str, family: "Family", topology: "Topology", caps: "Capabili
     check_tier(tier)
     if tier == "full":
         return Selection()
+    ci_dtypes = family.ci_gpu_dtypes if topology.gpus else None
     if tier == "ci":
-        return Selection(sizes=family.ci_sizes, policies=tuple(ci_policies(topology, caps)),
-                         dtypes=family.ci_gpu_dtypes if topology.gpus else None,
+        return Selection(sizes=family.ci_sizes, policies=tuple(ci_policies(topology, caps)), dtypes=ci_dtypes,
                          axis_values={**family.axis_values(), **family.ci_axis_values}, max_rounds=CI_MAX_ROUNDS)
     return Selection(nprocess=(1,), sizes=(min(family.default_sizes),), policies=(Policy.parse("default"),),
-                     dtypes=((topology.gpus and family.ci_gpu_dtypes) or family.default_dtypes)[:1],  # inside ci
+                     dtypes=(ci_dtypes or family.default_dtypes)[:1],  # inside ci
                      axis_values={a: vals[:1] for a, vals in family.axis_values().items()}, max_rounds=CI_MAX_ROUNDS)
 
 

@@ -98,3 +98,10 @@ def test_plan_from_a_baseline_uses_its_recorded_costs():
     model = plan_runs([(key, fam, case, 1, 1, 10, 3)], None, None, 0)
     assert model.runs[0].source == "model" and "model estimates" in model.summary()
     assert "1 of 1 runs timed from the baseline 0001_x.json" in plan.summary("ci")
+    # a run the baseline lacks (another size) takes the family's start-up as the baseline recorded it
+    other = case_matrix(fam, t, caps, sizes=(1 << 22,), policies=selection("smoke", fam, t, caps).policies)[0][0]
+    [run] = plan_runs([(worker_run_key(other, fam), fam, other, 1, 1, 10, 3)], {"benchmarks": [entry]},
+                      "0001_x.json", 0).runs
+    assert run.source == "model, start-up from the baseline"
+    modelled = plan_runs([(worker_run_key(other, fam), fam, other, 1, 1, 10, 3)], None, None, 0).runs[0]
+    assert run.seconds < modelled.seconds  # 2.0 s recorded start-up, not the model's 4 s
