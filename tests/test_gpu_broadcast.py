@@ -43,6 +43,7 @@ def test_every_method_lands_the_source_on_every_gpu(monkeypatch):
         w.close()
 
 
+@pytest.mark.serial  # judges timings: run alone
 def test_pinned_beats_pageable_at_256_mib():
     """The seed's ordering (1.36 s -> 0.37 s -> 0.075 s); only pinned < pageable is asserted,
     all four times are printed (pytest -s)."""

@@ -38,6 +38,7 @@ def test_copies_are_exact_and_timed():
         w.close()
 
 
+@pytest.mark.serial  # judges timings: run alone
 def test_pinned_beats_pageable_on_big_copies():
     w, _ = make_worker(numel=64 * 2**20)
     try:
