@@ -8,11 +8,8 @@ timed region itself, so the clock that measures the phase sees the wait:
   times what the work took in this very round;
 - GPU phases (CUDA events): before the phase's end event, a spin kernel on the
   phase's stream (``torch.cuda._sleep``) of (F - 1) times the phase's
-  least un-padded time seen, converted to GPU clock cycles. Each spin kernel is
-  timed with its own event pair: the phase's un-padded time is its measured time
-  less what the pads really took, and the cycles-per-second rate follows the
-  clock the pads ran at (a rate taken once goes wrong when the SM clock moves,
-  e.g. during copy-only phases).
+  un-padded time in the previous round, converted to GPU clock cycles with a
+  rate measured once on this GPU.
 
 Recorded numbers are never scaled: the gate must catch what the worker did.
 """
@@ -46,7 +43,7 @@ class SlowdownPad:
         self.factor = slowdown_factor() if factor is None else factor
         self.active = self.factor != 1.0
         self._base_s: dict[Any, float] = {}  # phase key -> un-padded seconds in the last round
-        self._gpu_pads: dict[Any, list] = {}  # phase key -> [(cycles, start event, end event)] this round
+        self._pad_s: dict[Any, float] = {}  # phase key -> pad asked for in the current round
         self._cycles_per_s: float | None = None
 
     # -- CPU phases ------------------------------------------------------------------
@@ -71,34 +68,23 @@ class SlowdownPad:
         import torch
 
         pad = (self.factor - 1) * base * share
+        self._pad_s[key] = self._pad_s.get(key, 0.0) + pad
         cycles = int(pad * self._rate(stream.device))
         if cycles > 0:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             with torch.cuda.stream(stream):
-                start.record(stream)
                 torch.cuda._sleep(cycles)
-                end.record(stream)
-            self._gpu_pads.setdefault(key, []).append((cycles, start, end))
 
     def observe(self, key: Any, measured_s: float) -> None:
         """The phase's measured time this round (pad included): remembers the un-padded part,
         the least seen. A pad can slow what runs beside it (overlapped copies share the link):
         measured less pad then overstates the phase, and a pad sized from that would grow round
         after round; the least seen does not."""
-        if not self.active:
-            return
-        pads = self._gpu_pads.pop(key, [])
-        # the phase's events have completed, so have its pads' (they lie before them)
-        took_s = sum(start.elapsed_time(end) / 1e3 for _, start, end in pads)
-        if took_s > 0:  # follow the clock the pads really ran at
-            rate = sum(cycles for cycles, _, _ in pads) / took_s
-            self._cycles_per_s = rate if self._cycles_per_s is None else 0.5 * (self._cycles_per_s + rate)
-        base = max(measured_s - took_s, 0.0)
-        self._base_s[key] = min(base, self._base_s.get(key, base))
+        if self.active:
+            base = max(measured_s - self._pad_s.pop(key, 0.0), 0.0)
+            self._base_s[key] = min(base, self._base_s.get(key, base))
 
     def _rate(self, device: Any) -> float:
-        """GPU clock cycles per second of ``torch.cuda._sleep``: measured once, then updated
-        from each round's pads (observe)."""
+        """GPU clock cycles per second of ``torch.cuda._sleep``, measured once."""
         if self._cycles_per_s is None:
             import torch
 
