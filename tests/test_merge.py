@@ -50,6 +50,18 @@ def test_merge_joins_and_pools_invocations(tmp_path):
                                                                                    "0004_d.json"]
 
 
+def test_merge_drops_the_gate_verdict_of_a_judged_run(tmp_path):
+    judged = _run("K", ["t[a]", "t[b]"], 2.0)
+    for b in judged["benchmarks"]:
+        b["extra_info"] = {"gate": {"verdict": "same"}, "invocation_medians_s": [2.0]}
+    a = _write(tmp_path, "0001_a.json", _run("K", ["t[a]"], 1.0))
+    res = merge_runs([a, _write(tmp_path, "0002_judged.json", judged)])
+    by_name = {x["name"]: x for x in res.run["benchmarks"]}
+    assert all("gate" not in x.get("extra_info", {}) for x in by_name.values())
+    assert invocation_medians(by_name["t[a]"]) == [1.0, 2.0] and invocation_medians(by_name["t[b]"]) == [2.0]
+    assert judged["benchmarks"][0]["extra_info"]["gate"]  # the input is left as it was
+
+
 def test_merge_replace_keeps_the_later_entry(tmp_path):
     a = _write(tmp_path, "0001_a.json", _run("K", ["t[a]", "t[b]"], 1.0))
     b = _write(tmp_path, "0002_b.json", _run("K", ["t[b]"], 2.0))

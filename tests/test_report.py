@@ -15,7 +15,7 @@ from numabench.results.report import build_report
 from numabench.results.tables import entries, format_ms, grouped_tables, parse_where
 
 ROOT = Path(__file__).resolve().parents[1]
-H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0003_h100-all.json"
+H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0004_h100-all.json"
 PNG = b"\x89PNG\r\n\x1a\n"
 BYTES = {"h2d": 4, "compute": 7, "d2h": 3, "step": 7}
 
@@ -133,8 +133,8 @@ def test_cli_report(tmp_path, capsys):
 
 
 def test_real_h100_baseline_report(tmp_path):
-    assert sorted({t.family for t in grouped_tables(H100)}) == ["adam_offload", "dataloader", "pinned_alloc",
-                                                                 "transfer"]
+    assert sorted({t.family for t in grouped_tables(H100)}) == ["adam_offload", "cpu_adam", "dataloader", "host_membw",
+                                                                 "pinned_alloc", "touch", "train_step", "transfer"]
     tables = grouped_tables(H100, "adam_offload")
     assert [t.phase for t in tables] == ["h2d", "compute", "d2h", "step"]
     for t in tables:

@@ -63,11 +63,21 @@ def merge_runs(paths: Sequence[str | Path], *, allow_foreign: bool = False, requ
                         "commit": (run.get("commit_info") or {}).get("id"), "benchmarks": len(run["benchmarks"])})
     newest = runs[-1][1]
     out = {k: v for k, v in newest.items() if k != "benchmarks"}
-    merged = [entries[-1][0] if replace or len(entries) == 1 else pool([b for b, _ in entries], [s for _, s in entries])
+    merged = [_without_verdict(entries[-1][0] if replace or len(entries) == 1
+                               else pool([b for b, _ in entries], [s for _, s in entries]))
               for entries in measured.values()]
     out["benchmarks"] = sorted(merged, key=lambda b: b.get("fullname") or b.get("name"))
     out["numabench_merged_from"] = sources
     return MergeResult(out, sorted(n for n, entries in measured.items() if len(entries) > 1))
+
+
+def _without_verdict(entry: dict) -> dict:
+    """A baseline entry holds measurements; the gate's verdict on the run it came from
+    (extra_info["gate"]) judged that run, not the baseline, and is dropped."""
+    extra = entry.get("extra_info") or {}
+    if "gate" not in extra:
+        return entry
+    return {**entry, "extra_info": {k: v for k, v in extra.items() if k != "gate"}}
 
 
 def write_run(run: dict, path: str | Path) -> Path:
