@@ -186,6 +186,40 @@ def cmd_merge(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fleet(ns: argparse.Namespace) -> int:
+    from numabench.results.fleet import FleetIndex
+    from numabench.results.seed_csv import load_run
+
+    if ns.last is not None and ns.last < 1:
+        raise UsageError(f"--last={ns.last}: allowed an integer >= 1 (the newest runs to pull)")
+    index = FleetIndex(ns.index)
+    if ns.action == "push":
+        for path in ns.runs:
+            rid, count = index.push(load_run(path))
+            print(f"{path}: {count} entries in {index.url} as run {rid}")
+        return 0
+    if ns.action == "keys":
+        print("\n".join(index.keys()))
+        return 0
+    if ns.runs:
+        raise UsageError("fleet pull takes no run files: name the output with --output")
+    if not ns.output:
+        raise UsageError("fleet pull needs --output FILE (the baseline to write)")
+    key = ns.key
+    if key is None:
+        from numabench.machine.hwkey import hardware_key
+        from numabench.machine.topology import discover
+        key = hardware_key(discover())
+    from numabench.results.merge import write_run
+
+    res = index.pull(key, ns.last)
+    path = write_run(res.run, ns.output)
+    print(f"{path}: {len(res.run['benchmarks'])} benchmarks from {len(res.run['numabench_merged_from'])} runs of "
+          f"{key} in {index.url}" + (f"; {len(res.again)} measured by several runs, their invocations pooled"
+                                     if res.again else ""))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="numabench", description="NUMA-aware GPU offload benchmarks")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -271,6 +305,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--replace", action="store_true",
                    help="an entry several runs measured: keep the last run's instead of pooling")
     p.set_defaults(func=cmd_merge)
+    p = sub.add_parser("fleet", help="runs of many runners in one Elasticsearch/OpenSearch index: push saved runs, "
+                                     "pull the newest runs of a hardware key as one baseline (invocations pooled)")
+    p.add_argument("action", choices=("push", "pull", "keys"))
+    p.add_argument("runs", nargs="*", help="push: saved runs (with --benchmark-save-data)")
+    p.add_argument("--index", required=True, help="http(s)://HOST:PORT/INDEX")
+    p.add_argument("--key", default=None, help="pull: this hardware key (default: this machine's)")
+    p.add_argument("--last", type=int, default=None, help="pull: only the newest N runs (default: all)")
+    p.add_argument("--output", default=None, help="pull: the baseline file to write (never overwritten)")
+    p.set_defaults(func=cmd_fleet)
     p = sub.add_parser("ab", help="A/B two git revisions on this machine: alternating fresh invocations, a "
                                   "bootstrap interval per entry; exit 1 where it lies beyond the threshold",
                        usage="numabench ab BASE [HEAD] [options] [-- PYTEST_ARGS...]")

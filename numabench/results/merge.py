@@ -41,25 +41,33 @@ def merge_runs(paths: Sequence[str | Path], *, allow_foreign: bool = False, requ
     or with ``replace`` the last run's kept."""
     if not paths:
         raise UsageError("merge needs at least one run file")
-    runs = [(Path(p), load_run(p)) for p in paths]
-    keys = {str(p.name): run_hardware_key(r) for p, r in runs}
+    return merge_loaded([(Path(p).name, load_run(p)) for p in paths], allow_foreign=allow_foreign,
+                        require_data=require_data, replace=replace)
+
+
+def merge_loaded(runs: Sequence[tuple[str, dict]], *, allow_foreign: bool = False, require_data: bool = True,
+                 replace: bool = False) -> MergeResult:
+    """``merge_runs`` of runs already loaded, each named (a file name, a run id of a shared index)."""
+    if not runs:
+        raise UsageError("merge needs at least one run")
+    keys = {name: run_hardware_key(r) for name, r in runs}
     if not allow_foreign and len(set(keys.values())) > 1:
         listing = ", ".join(f"{name}: {key}" for name, key in keys.items())
         raise UsageError(f"runs from different hardware ({listing}): a baseline holds one machine's numbers "
                          "(pass --allow-foreign to merge anyway)")
     measured: dict[str, list[tuple[dict, str]]] = {}
     sources = []
-    for path, run in runs:
-        label = f"{path.name} ({(run.get('machine_info') or {}).get('node', '?')}, {run.get('datetime', '?')})"
+    for source, run in runs:
+        label = f"{source} ({(run.get('machine_info') or {}).get('node', '?')}, {run.get('datetime', '?')})"
         for b in run["benchmarks"]:
             name = b.get("fullname") or b.get("name")
             if not name:
-                raise UsageError(f"run file {path} has a benchmark without 'fullname' or 'name'")
+                raise UsageError(f"run {source} has a benchmark without 'fullname' or 'name'")
             if require_data and not (b.get("stats") or {}).get("data"):
-                raise UsageError(f"run file {path}: {name} has no per-round data (save runs with "
+                raise UsageError(f"run {source}: {name} has no per-round data (save runs with "
                                  "--benchmark-save-data; compare tests on it)")
             measured.setdefault(name, []).append((b, label))
-        sources.append({"file": path.name, "datetime": run.get("datetime"),
+        sources.append({"file": source, "datetime": run.get("datetime"),
                         "commit": (run.get("commit_info") or {}).get("id"), "benchmarks": len(run["benchmarks"])})
     newest = runs[-1][1]
     out = {k: v for k, v in newest.items() if k != "benchmarks"}
