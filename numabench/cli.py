@@ -114,7 +114,12 @@ def cmd_advise(ns: argparse.Namespace) -> int:
 def cmd_history(ns: argparse.Namespace) -> int:
     from numabench.results.history import history, render
 
-    hist = history(ns.folder, threshold=ns.threshold, from_git=ns.git)
+    key = ns.key
+    if ns.index and key is None:
+        from numabench.machine.hwkey import hardware_key
+        from numabench.machine.topology import discover
+        key = hardware_key(discover())
+    hist = history(ns.folder, threshold=ns.threshold, from_git=ns.git, index=ns.index, key=key)
     sys.stdout.write(render(hist, show="all" if ns.all else "changes"))
     if ns.out:
         from numabench.results.history import trend_plots
@@ -272,7 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=cmd_advise)
     p = sub.add_parser("history", help="the saved runs of a hardware key in time order: per entry its series and "
                                        "change points (the gate's rule between consecutive runs)")
-    p.add_argument("folder", help="baselines/<hardware key>/ (every saved run below it)")
+    p.add_argument("folder", nargs="?", default=None, help="baselines/<hardware key>/ (every saved run below it)")
+    p.add_argument("--index", default=None, help="instead of a folder: the runs in a fleet's index "
+                                                 "(http(s)://HOST:PORT/INDEX, see numabench fleet)")
+    p.add_argument("--key", default=None, help="with --index: this hardware key (default: this machine's)")
     p.add_argument("--threshold", default=DEFAULT_THRESHOLD, help="beyond the previous run's band by more than this")
     p.add_argument("--out", default=None, help="directory for trend plots (PNG, one per family)")
     p.add_argument("--all", action="store_true", help="list every entry, not only those with a change point")

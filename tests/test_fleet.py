@@ -179,6 +179,22 @@ def test_cli_push_pull_then_compare(fake_index, tmp_path, capsys):
     assert "cannot reach the server" in capsys.readouterr().err
 
 
+def test_history_of_a_key_in_the_index(fake_index, capsys):
+    idx = FleetIndex(fake_index)
+    for day, value in enumerate((1.0, 1.01, 1.3, 1.31)):  # a 30% step at the third run, the fourth agreeing
+        idx.push(_run("K", f"runner-{day % 2}", f"2026-11-2{day}T10:00:00+00:00", {"t[a]": value, "t[b]": 2.0}))
+    idx.push(_run("L", "runner-9", "2026-11-25T10:00:00+00:00", {"t[a]": 5.0}))
+    assert main(["history", "--index", fake_index, "--key", "K"]) == 0
+    out = capsys.readouterr().out
+    assert f"history of {fake_index} [K]: 4 saved runs, 2 entries" in out
+    assert "t[a]: 1000 -> 1010 -> 1300 -> 1310 ms" in out and "change at run 2" in out and "(+28.7%)" in out
+    assert "1 of 2 entries changed" in out
+    assert main(["history"]) == 2
+    assert "name a folder" in capsys.readouterr().err
+    assert main(["history", "somewhere", "--index", fake_index, "--key", "K"]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
 # -- a real server, where one can be had --------------------------------------------------------
 
 def _free_port() -> int:

@@ -58,7 +58,7 @@ class Series:
 
 @dataclass
 class History:
-    folder: Path
+    folder: str  # where the runs came from: a folder, or an index and a hardware key
     runs: list[SavedRun]
     series: list[Series]
     threshold_pct: float
@@ -119,6 +119,19 @@ def load_runs_from_git(folder: str | Path) -> list[SavedRun]:
     return sorted(runs, key=lambda r: (r.when, r.path.name))
 
 
+def load_runs_from_index(url: str, key: str) -> list[SavedRun]:
+    """The runs of hardware key ``key`` in a fleet's index (numabench.results.fleet), oldest first."""
+    from numabench.results.fleet import FleetIndex
+
+    runs = [SavedRun(Path(rid), str(run.get("datetime") or ""), ((run.get("commit_info") or {}).get("id")
+                                                                  or "unknown")[:12],
+                     {b["fullname"]: b for b in run["benchmarks"] if "fullname" in b})
+            for rid, run in FleetIndex(url).runs(key)]
+    if not runs:
+        raise UsageError(f"history: no runs of hardware key {key!r} in {url}")
+    return runs
+
+
 def _point(k: int, bench: dict) -> Point | None:
     meds = invocation_medians(bench)
     if not meds:
@@ -147,9 +160,19 @@ def change_points(points: list[Point], threshold_pct: float) -> list[Change]:
     return out
 
 
-def history(folder: str | Path, threshold: str | float = DEFAULT_THRESHOLD, *, from_git: bool = False) -> History:
+def history(folder: str | Path | None, threshold: str | float = DEFAULT_THRESHOLD, *, from_git: bool = False,
+            index: str | None = None, key: str | None = None) -> History:
+    """The history of the saved runs under ``folder`` (with ``from_git``: every run ever committed
+    there), or of hardware key ``key`` in the fleet index ``index``."""
     threshold_pct = parse_threshold(threshold)
-    runs = load_runs_from_git(folder) if from_git else load_runs(folder)
+    if index is not None:
+        if folder is not None or from_git or not key:
+            raise UsageError("history: a folder or an index with a hardware key, not both")
+        runs, source = load_runs_from_index(index, key), f"{index} [{key}]"
+    elif folder is None:
+        raise UsageError("history: name a folder (baselines/<hardware key>/) or an index (--index URL)")
+    else:
+        runs, source = (load_runs_from_git(folder) if from_git else load_runs(folder)), str(folder)
     names = sorted({n for r in runs for n in r.benchmarks})
     series = []
     for name in names:
@@ -157,7 +180,7 @@ def history(folder: str | Path, threshold: str | float = DEFAULT_THRESHOLD, *, f
         family = next(((r.benchmarks[name].get("extra_info") or {}).get("family", "") for r in runs
                        if name in r.benchmarks), "")
         series.append(Series(name, family, points, change_points(points, threshold_pct)))
-    return History(Path(folder), runs, series, threshold_pct)
+    return History(source, runs, series, threshold_pct)
 
 
 def render(hist: History, show: str = "changes") -> str:
