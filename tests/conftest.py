@@ -2,7 +2,8 @@
 byte-for-byte as they began (tests write fake trees only; see tests/test_interrupts.py);
 kernels are built into a temporary folder, not the user's cache (~/.cache/numabench/build),
 which the fault matrix would otherwise fill with injected faults and which another
-process on the machine could be using (.ci/test names one folder for all its pytest runs)."""
+process on the machine could be using (.ci/test names one folder for all its pytest runs);
+torch's inductor cache goes to a temporary folder too."""
 from __future__ import annotations
 
 import os
@@ -35,20 +36,24 @@ def real_weights_unchanged():
     assert after == before, f"the tests changed {REAL_WEIGHTS}: before {before}, after {after}"
 
 
-_own_build_dir: str | None = None
+# Folders the session's processes (tests, benchmark runs, workers: they inherit the variables)
+# write into: kernel builds, and torch's inductor cache, which torch.optim's first step creates
+# (/tmp/torchinductor_<user> by default; the workers' float64 reference takes one).
+TEMP_FOLDERS = {"NUMABENCH_BUILD_DIR": "numabench-test-build-", "TORCHINDUCTOR_CACHE_DIR": "torchinductor-test-"}
+_own_folders: dict[str, str] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # In the controller (or a plain session) only: xdist workers inherit the variable.
-    global _own_build_dir
-    if "NUMABENCH_BUILD_DIR" not in os.environ and not hasattr(config, "workerinput"):
-        _own_build_dir = tempfile.mkdtemp(prefix="numabench-test-build-")
-        os.environ["NUMABENCH_BUILD_DIR"] = _own_build_dir
+    # In the controller (or a plain session) only: xdist workers inherit the variables.
+    if hasattr(config, "workerinput"):
+        return
+    for var, prefix in TEMP_FOLDERS.items():
+        if var not in os.environ:
+            _own_folders[var] = os.environ[var] = tempfile.mkdtemp(prefix=prefix)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    global _own_build_dir
-    if _own_build_dir is not None:
-        shutil.rmtree(_own_build_dir, ignore_errors=True)
-        os.environ.pop("NUMABENCH_BUILD_DIR", None)
-        _own_build_dir = None
+    for var, folder in list(_own_folders.items()):
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(var, None)
+        del _own_folders[var]

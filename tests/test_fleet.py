@@ -145,11 +145,16 @@ def test_push_twice_stores_once_and_pull_pools_runners(fake_index, tmp_path):
         idx.pull("M")
 
 
-def test_push_refuses_a_run_without_hardware_key(fake_index):
+def test_push_refuses_a_run_without_hardware_key_or_rounds(fake_index):
     run = _run("K", "r", "2026-11-20T10:00:00+00:00", {"t[a]": 1.0})
     del run["machine_info"]["numabench"]
     with pytest.raises(UsageError, match="no hardware key"):
         FleetIndex(fake_index).push(run)
+    run = _run("K", "r", "2026-11-20T10:00:00+00:00", {"t[a]": 1.0, "t[b]": 2.0})
+    del run["benchmarks"][1]["stats"]["data"]
+    with pytest.raises(UsageError, match=r"1 entries have no per-round data, e.g. benchmarks/test_x.py::t\[b\]"):
+        FleetIndex(fake_index).push(run)
+    assert _FakeIndexServer.indices == {}  # nothing stored
 
 
 def test_cli_push_pull_then_compare(fake_index, tmp_path, capsys):

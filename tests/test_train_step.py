@@ -3,6 +3,7 @@ entry point runs, CPU-only skips say why; GPU modes (DDP, FSDP, FSDP + CPU offlo
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -140,14 +141,24 @@ def test_spec_extra_gives_a_rendezvous():
     assert extra["master_addr"] == "127.0.0.1" and 0 < extra["master_port"] < 65536
 
 
+def torchrun(tmp_path, args: list[str], timeout: int) -> subprocess.CompletedProcess:
+    """``python -m torch.distributed.run ARGS``, its temporary files and logs under ``tmp_path``: torch's
+    elastic agent makes a torchelastic_* folder in TMPDIR for its logs and leaves it there."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--log-dir", str(tmp_path / "logs"), *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "TMPDIR": str(tmpdir)})
+
+
 def test_torchrun_entry_point(tmp_path):
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-           str(free_port()), "-m", "numabench.tools.train_step_cli", "--mode", "ddp", "--model", "tiny", "--batch", "2",
-           "--steps", "2", "--warmup", "1", "--numa-policy", "local", "--json", str(out)]
+    args = ["--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "numabench.tools.train_step_cli",
+            "--mode", "ddp", "--model", "tiny", "--batch", "2", "--steps", "2", "--warmup", "1",
+            "--numa-policy", "local", "--json", str(out)]
     if TOPO.gpus:
         pytest.skip("this machine has GPUs: see test_torchrun_gpu")
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = torchrun(tmp_path, args, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["world_size"] == 2 and r["throughput_mean"] > 0 and r["time_per_step_std"] >= 0
@@ -192,11 +203,10 @@ def test_gpu_modes(mode, dtype):
 def test_torchrun_gpu(tmp_path):
     n = min(2, torch.cuda.device_count())
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-port",
-           str(free_port()), "-m", "numabench.tools.train_step_cli", "--mode", "fsdp-offload", "--model", "small",
-           "--batch", "2", "--dtype", "bf16", "--steps", "3", "--warmup", "2", "--numa-policy", "local",
-           "--json", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    args = ["--nproc-per-node", str(n), "--master-port", str(free_port()), "-m", "numabench.tools.train_step_cli",
+            "--mode", "fsdp-offload", "--model", "small", "--batch", "2", "--dtype", "bf16", "--steps", "3",
+            "--warmup", "2", "--numa-policy", "local", "--json", str(out)]
+    proc = torchrun(tmp_path, args, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["world_size"] == n and r["throughput_mean"] > 0 and all(b > 0 for b in r["mem_peak_per_rank_bytes"])

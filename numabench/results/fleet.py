@@ -104,6 +104,10 @@ class FleetIndex:
         if not key:
             raise UsageError("the run has no hardware key in machine_info (numabench.hardware_key): runs of a "
                              "fleet are told apart by it; save runs with numabench's pytest plugin")
+        bare = [b.get("fullname") or b.get("name") for b in run["benchmarks"] if not (b.get("stats") or {}).get("data")]
+        if bare:
+            raise UsageError(f"{len(bare)} entries have no per-round data, e.g. {bare[0]}: a baseline pulled from the "
+                             "index needs it (save runs with --benchmark-save-data)")
         rid = run_id(run)
         self.ensure_index()
         lines = []
