@@ -305,6 +305,10 @@ class Worker(BaseWorker):
             dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
                                     world_size=world, timeout=datetime.timedelta(seconds=300),
                                     **({"device_id": device} if cuda else {}))
+        # torchrun's variables, as a library that assumes torchrun reads them (DeepSpeed takes its
+        # device from LOCAL_RANK and looks for the rest before it reuses the process group)
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(spec.gpu if cuda else 0),
+                          MASTER_ADDR=addr, MASTER_PORT=str(port))
         with self.setup_part("model"):
             self.trainer = tr = Trainer(self.mode, self.model_name, spec.dtype, spec.numel, device,
                                         data_seed=rank)
