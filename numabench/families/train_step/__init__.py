@@ -4,10 +4,7 @@ and optimizer state are what the NUMA policy places), one rank per GPU in one
 process group (seeds 001, 002 task 4, 004).
 
 The size axis is the global batch in sequences (split over the ranks). Axes
-``mode`` (ddp, fsdp, fsdp-offload; deepspeed-zero2 and deepspeed-zero3: DeepSpeed's
-ZeRO-Offload, optimizer state and step on the host, pinned; torchao-offload: torchao's
-CPUOffloadOptimizer, one rank) and ``model`` (tiny, small: numabench.families.train_step.model).
-The DeepSpeed and torchao modes need their optional packages and a CUDA GPU.
+``mode`` (ddp, fsdp, fsdp-offload) and ``model`` (tiny, small: numabench.families.train_step.model).
 On a CPU-only machine only the tiny model in fp32 runs, DDP and FSDP over gloo
 (FSDP when torch's fully_shard runs on CPU); fsdp-offload, bf16 and the small
 model skip saying they need a CUDA GPU.
@@ -18,7 +15,6 @@ GPU memory per rank, host memory per node per rank.
 """
 from __future__ import annotations
 
-import importlib.util
 import socket
 import statistics
 
@@ -30,18 +26,13 @@ DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
 
 
-MODES = ("ddp", "fsdp", "fsdp-offload", "deepspeed-zero2", "deepspeed-zero3", "torchao-offload")
-# modes that need an optional package (numabench[deepspeed], numabench[torchao])
-MODE_PACKAGES = {"deepspeed-zero2": "deepspeed", "deepspeed-zero3": "deepspeed", "torchao-offload": "torchao"}
+MODES = ("ddp", "fsdp", "fsdp-offload")
 POOL = 4  # distinct batches per rank, cycled through in the timed steps
 
 
 def gpu_only(case) -> str | None:
-    mode = case.param("mode")
-    if mode == "fsdp-offload":
+    if case.param("mode") == "fsdp-offload":
         return "mode fsdp-offload (torch's CPU offload of params and optimizer) needs CUDA"
-    if mode in MODE_PACKAGES:
-        return f"mode {mode} offloads a CUDA GPU's optimizer to the host"
     if case.param("model") != "tiny":
         return f"model {case.param('model')} is a GPU size (on the CPU only model tiny runs)"
     if case.dtype != "fp32":
@@ -52,14 +43,6 @@ def gpu_only(case) -> str | None:
 def skip_reason(case) -> str | None:
     if case.dtype == "fp16":
         return "train_step runs fp32 or bf16 (mixed precision); fp16 would need a loss scaler"
-    mode = case.param("mode")
-    package = MODE_PACKAGES.get(mode)
-    if package and importlib.util.find_spec(package) is None:
-        return (f"mode {mode} needs the optional package {package} (pip install 'numabench[{package}]'; "
-                "docs/RESULTS.md pins the versions): not importable")
-    if mode == "torchao-offload" and case.nprocess > 1:
-        return ("mode torchao-offload runs one rank: torchao's CPUOffloadOptimizer copies each gradient to the "
-                "host as backward makes it, before DDP would average it across ranks")
     return None
 
 

@@ -9,11 +9,6 @@ Modes (``mode`` axis, each its own worker run):
   and optimizer state (``CPUOffloadPolicy``; FSDP1 ``CPUOffload(offload_params=True)``):
   the ZeRO-Offload analogue, its host state placed by the case's NUMA policy.
   Needs CUDA.
-- ``deepspeed-zero2`` / ``deepspeed-zero3``: DeepSpeed's ZeRO-Offload itself
-  (``deepspeed.initialize`` with configs.deepspeed_config: the optimizer state and
-  step on the host, pinned, DeepSpeedCPUAdam). Needs CUDA and deepspeed.
-- ``torchao-offload``: torchao's ``CPUOffloadOptimizer`` (AdamW on the host, each
-  gradient copied out as backward makes it); one rank. Needs CUDA and torchao.
 
 ``Trainer`` is the model + wrapper + optimizer + step, shared with the
 torchrun entry point ``python -m numabench.tools.train_step_cli``.
@@ -42,7 +37,6 @@ import zlib
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.families.train_step import MODES, POOL
-from numabench.families.train_step.configs import BETAS, EPS, WEIGHT_DECAY
 
 SETUP_STEPS = 4
 
@@ -76,42 +70,15 @@ class Trainer:
         self.mode, self.model_name, self.dtype, self.batch = mode, model, dtype, batch
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
-        if mode != "ddp" and mode != "fsdp" and not self.cuda:
-            raise RuntimeError(f"{mode} needs a CUDA GPU (it offloads from a device to the host)")
+        if mode == "fsdp-offload" and not self.cuda:
+            raise RuntimeError("fsdp-offload needs a CUDA GPU (torch's CPU offload copies to a device)")
         self.cfg = model_config(model)
         self.world = dist.get_world_size() if dist.is_initialized() else 1
-        if mode == "torchao-offload" and self.world > 1:
-            raise RuntimeError("torchao-offload runs one rank: CPUOffloadOptimizer copies each gradient to the host "
-                               "as backward makes it, before DDP would average it")
         net = build_model(model, seed=seed)
         self.n_params = count_params(net)
         self.autocast = None
-        self.engine = None  # DeepSpeed's engine (deepspeed-* modes): it runs backward and the step
-        self.opt = None
-        lr = self.cfg.lr if lr is None else lr
         bf16 = dtype == "bf16"
-        if mode.startswith("deepspeed-"):
-            import deepspeed
-
-            from numabench.families.train_step.configs import deepspeed_config
-
-            stage = int(mode.removeprefix("deepspeed-zero"))
-            self.engine, self.opt, _, _ = deepspeed.initialize(
-                model=net, model_parameters=net.parameters(), config=deepspeed_config(stage, batch, dtype, lr),
-                dist_init_required=False)
-            self.model = self.engine
-            self.impl = f"DeepSpeed {deepspeed.__version__} ZeRO-{stage}, optimizer offloaded to the host (pinned)"
-        elif mode == "torchao-offload":
-            import torchao
-            from torchao.optim import CPUOffloadOptimizer
-
-            self.model = net.to(self.device)
-            if bf16:
-                self.autocast = torch.bfloat16
-            self.opt = CPUOffloadOptimizer(self.model.parameters(), torch.optim.AdamW, lr=lr, betas=BETAS,
-                                           eps=EPS, weight_decay=WEIGHT_DECAY)
-            self.impl = f"torchao {torchao.__version__} CPUOffloadOptimizer(AdamW)"
-        elif mode == "ddp":
+        if mode == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             net = net.to(self.device)
@@ -149,8 +116,7 @@ class Trainer:
                               cpu_offload=CPUOffload(offload_params=mode == "fsdp-offload"),
                               device_id=self.device if self.cuda else None)
             self.impl = "FSDP1" + (" + CPUOffload(offload_params=True)" if mode == "fsdp-offload" else "")
-        if self.opt is None:
-            self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr if lr is None else lr, betas=(0.9, 0.95), weight_decay=0.01)
         g = torch.Generator().manual_seed(10_007 * (data_seed + 1))
         self.pool = [torch.randint(0, self.cfg.vocab, (batch, self.cfg.seq_len + 1), generator=g).to(self.device)
                      for _ in range(POOL)]
@@ -171,11 +137,6 @@ class Trainer:
             batch = self.pool[self.k % len(self.pool)]
             self.k += 1
         x, y = batch[:, :-1], batch[:, 1:]
-        if self.engine is not None:  # DeepSpeed: its engine casts, reduces, steps and zeroes the grads
-            loss = lm_loss(self.engine(x), y)
-            self.engine.backward(loss)
-            self.engine.step()
-            return loss.detach()
         if self.autocast is not None:
             with torch.autocast(self.device.type, dtype=self.autocast):
                 loss = lm_loss(self.model(x), y)
@@ -209,33 +170,16 @@ class Trainer:
             h.update(_local(p.detach()).float().cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
 
-    def host_optimizers(self) -> list:
-        """The optimizers whose parameters and state live on the host: DeepSpeed's inner
-        optimizer (DeepSpeedCPUAdam over the fp32 partitions), torchao's per-parameter CPU
-        optimizers, else the optimizer itself."""
-        if self.engine is not None:
-            return [getattr(self.opt, "optimizer", self.opt)]
-        if hasattr(self.opt, "optim_dict"):
-            return list(self.opt.optim_dict.values())
-        return [self.opt]
-
     def host_state_ranges(self) -> list[tuple[int, int]]:
-        """(address, bytes) of the CPU-resident parameters, their gradients (where the host
-        keeps its own) and optimizer state, each once."""
+        """(address, bytes) of the CPU-resident parameters and optimizer state."""
+        out = []
         tensors = [_local(p.detach()) for p in self.model.parameters()]
-        for opt in self.host_optimizers():
-            for group in opt.param_groups:
-                for p in group["params"]:
-                    tensors.append(_local(p.detach()))
-                    if p.grad is not None:
-                        tensors.append(_local(p.grad))
-            for st in opt.state.values():
-                tensors += [_local(v) for v in st.values() if hasattr(v, "data_ptr")]
-        ranges = {}
+        for st in self.opt.state.values():
+            tensors += [_local(v) for v in st.values() if hasattr(v, "data_ptr")]
         for t in tensors:
             if t.device.type == "cpu" and t.numel() > 1:
-                ranges[t.data_ptr()] = max(ranges.get(t.data_ptr(), 0), t.numel() * t.element_size())
-        return sorted(ranges.items())
+                out.append((t.data_ptr(), t.numel() * t.element_size()))
+        return out
 
 
 def anon_report(pid: int | str = "self"):
@@ -305,10 +249,6 @@ class Worker(BaseWorker):
             dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
                                     world_size=world, timeout=datetime.timedelta(seconds=300),
                                     **({"device_id": device} if cuda else {}))
-        # torchrun's variables, as a library that assumes torchrun reads them (DeepSpeed takes its
-        # device from LOCAL_RANK and looks for the rest before it reuses the process group)
-        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(spec.gpu if cuda else 0),
-                          MASTER_ADDR=addr, MASTER_PORT=str(port))
         with self.setup_part("model"):
             self.trainer = tr = Trainer(self.mode, self.model_name, spec.dtype, spec.numel, device,
                                         data_seed=rank)
