@@ -111,14 +111,18 @@ def cmd_advise(ns: argparse.Namespace) -> int:
     return 0
 
 
+def this_machine_key() -> str:
+    """This machine's hardware key (what `numabench topo --key` prints)."""
+    from numabench.machine.hwkey import hardware_key
+    from numabench.machine.topology import discover
+
+    return hardware_key(discover())
+
+
 def cmd_history(ns: argparse.Namespace) -> int:
     from numabench.results.history import history, render
 
-    key = ns.key
-    if ns.index and key is None:
-        from numabench.machine.hwkey import hardware_key
-        from numabench.machine.topology import discover
-        key = hardware_key(discover())
+    key = ns.key if ns.key is not None or not ns.index else this_machine_key()
     hist = history(ns.folder, threshold=ns.threshold, from_git=ns.git, index=ns.index, key=key)
     sys.stdout.write(render(hist, show="all" if ns.all else "changes"))
     if ns.out:
@@ -210,11 +214,7 @@ def cmd_fleet(ns: argparse.Namespace) -> int:
         raise UsageError("fleet pull takes no run files: name the output with --output")
     if not ns.output:
         raise UsageError("fleet pull needs --output FILE (the baseline to write)")
-    key = ns.key
-    if key is None:
-        from numabench.machine.hwkey import hardware_key
-        from numabench.machine.topology import discover
-        key = hardware_key(discover())
+    key = ns.key if ns.key is not None else this_machine_key()
     from numabench.results.merge import write_run
 
     res = index.pull(key, ns.last)
