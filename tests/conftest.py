@@ -39,7 +39,9 @@ def real_weights_unchanged():
 # Folders the session's processes (tests, benchmark runs, workers: they inherit the variables)
 # write into: kernel builds, and torch's inductor cache, which torch.optim's first step creates
 # (/tmp/torchinductor_<user> by default; the workers' float64 reference takes one).
-TEMP_FOLDERS = {"NUMABENCH_BUILD_DIR": "numabench-test-build-", "TORCHINDUCTOR_CACHE_DIR": "torchinductor-test-"}
+# (TORCH_EXTENSIONS_DIR: where DeepSpeed JIT-builds its ops, e.g. the CPU Adam)
+TEMP_FOLDERS = {"NUMABENCH_BUILD_DIR": "numabench-test-build-", "TORCHINDUCTOR_CACHE_DIR": "torchinductor-test-",
+                "TORCH_EXTENSIONS_DIR": "torch-extensions-test-"}
 _own_folders: dict[str, str] = {}
 
 

@@ -195,3 +195,29 @@ def test_import_csv_of_non_utf8_bytes_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not UTF-8 text (byte 0xff at line 2)" in err
     assert not (tmp_path / "out.json").exists()
+
+
+def test_pytest_help_lists_every_numabench_option():
+    """argparse formats each help text with %: a bare % in one (a threshold's default) made
+    `pytest --help` a traceback."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--help", "-p", "no:cacheprovider"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "1000"})  # no help text wrapped
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from fixtures import options
+
+    class Recorder:
+        names: list[str] = []
+
+        def getgroup(self, *a, **k):
+            return self
+
+        def addoption(self, *names, **k):
+            self.names.extend(names)
+
+        def addini(self, *a, **k):
+            pass
+
+    options.pytest_addoption(Recorder())
+    assert Recorder.names and all(name in proc.stdout for name in Recorder.names)
+    assert "(default 3%)" in proc.stdout

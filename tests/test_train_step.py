@@ -2,9 +2,11 @@
 entry point runs, CPU-only skips say why; GPU modes (DDP, FSDP, FSDP + CPU offload) where CUDA is."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 from functools import lru_cache
@@ -22,6 +24,8 @@ from numabench.families.train_step.model import (
     count_params,
     lm_loss,  # noqa: E402
 )
+from numabench.families.train_step import MODE_PACKAGES  # noqa: E402
+from numabench.families.train_step.configs import deepspeed_config  # noqa: E402
 from numabench.families.train_step.worker import (
     Trainer,
     rank_threads,  # noqa: E402
@@ -136,6 +140,90 @@ def test_cpu_only_skips_say_why():
     assert "needs 9 GPUs" in FAM.skip_reason(case(nprocess=9), topo("dgx-2socket-8gpu"), CAPS)
 
 
+@pytest.mark.parametrize("mode, package", [("deepspeed-zero2", "deepspeed"), ("deepspeed-zero3", "deepspeed"),
+                                           ("torchao-offload", "torchao")])
+def test_offload_library_modes_say_what_they_need(mode, package, monkeypatch):
+    vm = topo("vm-1node")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())  # every package present
+    reason = FAM.skip_reason(case(mode=mode), vm, CAPS)
+    if package == "torchao":  # a CUDA-only optimizer
+        assert "mode torchao-offload (torchao's CPUOffloadOptimizer) offloads a CUDA GPU's optimizer" in reason
+        assert "needs a CUDA GPU" in reason
+        with pytest.raises(RuntimeError, match=f"{mode} needs a CUDA GPU"):
+            Trainer(mode, "tiny", "fp32", 4, "cpu")
+    else:  # DeepSpeed's CPU accelerator runs it on a CPU-only machine, fp32 and the tiny model
+        assert reason is None
+        assert "needs a CUDA GPU" in FAM.skip_reason(case(mode=mode, dtype="bf16"), vm, CAPS)
+    gpus = topo("dgx-2socket-8gpu")
+    two = FAM.skip_reason(case(mode=mode, nprocess=2, batch=8), gpus, CAPS)
+    assert (two is None) == (package == "deepspeed"), two
+    if package == "torchao":
+        assert "runs one rank" in two
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real_find_spec(name, *a))
+    missing = (f"mode {mode} needs the optional package {package} (pip install 'numabench[{package}]'; "
+               "docs/RESULTS.md pins the versions): not importable")
+    assert FAM.skip_reason(case(mode=mode), gpus, CAPS) == missing
+    if package == "deepspeed":
+        assert FAM.skip_reason(case(mode=mode), vm, CAPS) == missing
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_deepspeed_config_offloads_the_optimizer(stage, dtype):
+    cfg = deepspeed_config(stage, 4, dtype, 1e-4)
+    assert cfg["zero_optimization"] == {"stage": stage, "offload_optimizer": {"device": "cpu", "pin_memory": True}}
+    assert cfg["bf16"] == {"enabled": dtype == "bf16"} and cfg["train_micro_batch_size_per_gpu"] == 4
+    assert cfg["optimizer"] == {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                            "weight_decay": 0.01}}
+    assert cfg["wall_clock_breakdown"] is True and cfg["gradient_accumulation_steps"] == 1
+    assert deepspeed_config(stage, 4, dtype, 1e-4, pin_memory=False)["zero_optimization"]["offload_optimizer"] == \
+        {"device": "cpu", "pin_memory": False}
+    with pytest.raises(ValueError, match="ZeRO stage 1: allowed 2 or 3"):
+        deepspeed_config(1, 4, dtype, 1e-4)
+
+
+def test_deepspeed_reads_the_config_as_meant():
+    """DeepSpeed's own parser (where deepspeed is installed: numabench[deepspeed])."""
+    pytest.importorskip("deepspeed", reason="the optional package deepspeed is not installed")
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    for stage in (2, 3):
+        parsed = DeepSpeedConfig(deepspeed_config(stage, 4, "bf16", 1e-4))
+        assert parsed.zero_optimization_stage == stage
+        assert parsed.zero_config.offload_optimizer.device == "cpu" and parsed.zero_config.offload_optimizer.pin_memory
+        assert parsed.train_batch_size == 4 and parsed.wall_clock_breakdown and parsed.optimizer_name == "adamw"
+
+
+@pytest.mark.parametrize("mode", ["deepspeed-zero2", "deepspeed-zero3"])
+def test_deepspeed_on_the_cpu_over_gloo(mode):
+    """DeepSpeed's ZeRO-Offload on its CPU accelerator, two ranks over gloo: the model learns
+    (the set-up's check), DDP-equal parameters under ZeRO-2, the host state (DeepSpeedCPUAdam's
+    fp32 partition and both moments) found and placed as the policy says, and our clock of
+    engine.step() beside DeepSpeed's own timer of it."""
+    pytest.importorskip("deepspeed", reason="the optional package deepspeed is not installed (numabench[deepspeed])")
+    if TOPO.gpus:
+        pytest.skip("this machine has GPUs: DeepSpeed runs on CUDA there (the GPU tests)")
+    c = case(mode=mode, nprocess=2, batch=8)
+    res = run_case(c, FAM, TOPO, CAPS, rounds=4, warmup=1, timeout_s=600)
+    a, b = res.setup_info
+    assert a["backend"] == "gloo" and a["impl"].startswith("DeepSpeed ") and "CPU accelerator" in a["impl"]
+    assert a["setup_losses"] != b["setup_losses"]  # each rank saw its own data
+    if mode == "deepspeed-zero2":  # ZeRO-2 all-gathers the updated partitions: every rank the same model
+        assert a["param_digest"] == b["param_digest"]
+    for info in (a, b):
+        assert info["placed"] == "host state"
+        # AdamW's two moments and the fp32 master weights of this rank's half, on the host
+        assert info["host_state_bytes"] >= 3 * 4 * info["n_params"] // 2 * 0.9, (info["host_state_bytes"], info["n_params"])
+    assert all(p.verdict is None or p.verdict.ok for p in res.placement)
+    m = FAM_MOD.metrics(res, "step")
+    assert m["tokens_per_s"] > 0 and len(res.phases["optimizer"]) == len(res.phases["step"]) == 4
+    assert 0 < m["optimizer_ms"] < statistics.median(res.phases["step"]) * 1e3
+    assert m["deepspeed_timer_step_ms"] > 0 and m["deepspeed_timer_optimizer_step_ms"] > 0
+    # the same engine.step() call on two clocks; DeepSpeed's starts inside it
+    assert 0.9 < m["optimizer_over_deepspeed_timer"] < 1.5, m
+
+
 def test_spec_extra_gives_a_rendezvous():
     extra = FAM_MOD.spec_extra(case())
     assert extra["master_addr"] == "127.0.0.1" and 0 < extra["master_port"] < 65536
@@ -196,6 +284,26 @@ def test_gpu_modes(mode, dtype):
             assert info["threads"] == max(1, len(TOPO.node(r.cpu_node).cpus) // share)
     m = FAM_MOD.metrics(res, "step")
     assert m["tokens_per_s"] > 0 and m["tflops"] > 0
+
+
+@pytest.mark.parametrize("mode", ["deepspeed-zero2", "deepspeed-zero3", "torchao-offload"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_offload_libraries(mode):
+    """DeepSpeed's ZeRO-Offload and torchao's CPUOffloadOptimizer: the model learns (the set-up's
+    check), the optimizer state is on the host and placed as the policy says."""
+    pytest.importorskip(MODE_PACKAGES[mode], reason=f"the optional package {MODE_PACKAGES[mode]} is not installed")
+    n = 1 if mode == "torchao-offload" else min(2, torch.cuda.device_count())
+    c = case(mode=mode, nprocess=n, batch=4 * n, dtype="bf16", policy="local")
+    res = run_case(c, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=900,
+                   spec_extra={"master_addr": "127.0.0.1", "master_port": free_port()})
+    infos = res.setup_info
+    assert all(i["placed"] == "host state" for i in infos)
+    # AdamW's two moments and the fp32 master weights of this rank's share, on the host
+    assert all(i["host_state_bytes"] >= 3 * 4 * i["n_params"] // n * 0.9 for i in infos), \
+        [(i["host_state_bytes"], i["n_params"]) for i in infos]
+    assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
+    assert FAM_MOD.metrics(res, "step")["tokens_per_s"] > 0
 
 
 @pytest.mark.gpu

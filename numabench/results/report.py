@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from numabench.errors import UsageError
+from numabench.results.offload_share import share_rows, share_table
 from numabench.results.seed_csv import load_run
 from numabench.results.tables import adam_offload_table, entries, grouped_tables
 
@@ -97,6 +98,13 @@ def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | 
                                                            if e.family == fam):
             md += ["### adam_offload — per configuration, against this run's copy ceilings", "",
                    adam_offload_table(run), ""]
+    shares = share_rows(run) if family in (None, "train_step", "adam_offload") and not where else []
+    if shares:
+        md += ["## adam_offload beside DeepSpeed's optimizer step", "",
+               "DeepSpeed's engine.step() (gradients to the host, its CPU Adam, parameters back) and the "
+               "adam_offload step of the same parameters per rank, ranks, policy and dtype (the fastest "
+               "schedule); explained = adam_offload / engine.step.", "", share_table(shares), ""]
+        text += ["adam_offload beside DeepSpeed's optimizer step", share_table(shares), ""]
     markdown = "\n".join(md).rstrip() + "\n"
     md_path = None
     if out is not None:

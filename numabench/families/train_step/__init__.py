@@ -4,10 +4,19 @@ and optimizer state are what the NUMA policy places), one rank per GPU in one
 process group (seeds 001, 002 task 4, 004).
 
 The size axis is the global batch in sequences (split over the ranks). Axes
-``mode`` (ddp, fsdp, fsdp-offload) and ``model`` (tiny, small: numabench.families.train_step.model).
+``mode`` (ddp, fsdp, fsdp-offload; deepspeed-zero2 and deepspeed-zero3: DeepSpeed's
+ZeRO-Offload, optimizer state and step on the host, pinned; torchao-offload: torchao's
+CPUOffloadOptimizer, one rank) and ``model`` (tiny, small: numabench.families.train_step.model).
+The DeepSpeed and torchao modes need their optional packages.
 On a CPU-only machine only the tiny model in fp32 runs, DDP and FSDP over gloo
-(FSDP when torch's fully_shard runs on CPU); fsdp-offload, bf16 and the small
-model skip saying they need a CUDA GPU.
+(FSDP when torch's fully_shard runs on CPU) and DeepSpeed's ZeRO-2/3 on its CPU
+accelerator (gloo; the optimizer state and CPU Adam on the host as on a GPU, no
+copies); fsdp-offload, torchao-offload, bf16 and the small model skip saying they
+need a CUDA GPU.
+
+DeepSpeed modes also record, per round, ``optimizer`` (our clock of
+``engine.step()``) beside DeepSpeed's own timers of that step (``ds_step``,
+``ds_optimizer_step``: its CPU Adam; wall_clock_breakdown) in extra_info.
 
 extra_info: tokens/s and model TFLOPS (6 x params x tokens / time) as median,
 mean and std over the rounds (the seed 004 tables), time per step mean/std, peak
@@ -15,6 +24,7 @@ GPU memory per rank, host memory per node per rank.
 """
 from __future__ import annotations
 
+import importlib.util
 import socket
 import statistics
 
@@ -26,13 +36,18 @@ DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
 
 
-MODES = ("ddp", "fsdp", "fsdp-offload")
+MODES = ("ddp", "fsdp", "fsdp-offload", "deepspeed-zero2", "deepspeed-zero3", "torchao-offload")
+# modes that need an optional package (numabench[deepspeed], numabench[torchao])
+MODE_PACKAGES = {"deepspeed-zero2": "deepspeed", "deepspeed-zero3": "deepspeed", "torchao-offload": "torchao"}
 POOL = 4  # distinct batches per rank, cycled through in the timed steps
 
 
 def gpu_only(case) -> str | None:
-    if case.param("mode") == "fsdp-offload":
+    mode = case.param("mode")
+    if mode == "fsdp-offload":
         return "mode fsdp-offload (torch's CPU offload of params and optimizer) needs CUDA"
+    if mode == "torchao-offload":
+        return "mode torchao-offload (torchao's CPUOffloadOptimizer) offloads a CUDA GPU's optimizer to the host"
     if case.param("model") != "tiny":
         return f"model {case.param('model')} is a GPU size (on the CPU only model tiny runs)"
     if case.dtype != "fp32":
@@ -43,6 +58,14 @@ def gpu_only(case) -> str | None:
 def skip_reason(case) -> str | None:
     if case.dtype == "fp16":
         return "train_step runs fp32 or bf16 (mixed precision); fp16 would need a loss scaler"
+    mode = case.param("mode")
+    package = MODE_PACKAGES.get(mode)
+    if package and importlib.util.find_spec(package) is None:
+        return (f"mode {mode} needs the optional package {package} (pip install 'numabench[{package}]'; "
+                "docs/RESULTS.md pins the versions): not importable")
+    if mode == "torchao-offload" and case.nprocess > 1:
+        return ("mode torchao-offload runs one rank: torchao's CPUOffloadOptimizer copies each gradient to the "
+                "host as backward makes it, before DDP would average it across ranks")
     return None
 
 
@@ -56,6 +79,21 @@ def spec_extra(case) -> dict:
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def deepspeed_parts(result: CaseResult) -> dict:
+    """Medians (ms, max over ranks per round) of our clock of engine.step() and of DeepSpeed's
+    own timers of the same steps, and their ratio; empty for the other modes."""
+    ph = result.phases
+    if "optimizer" not in ph:
+        return {}
+    out = {"optimizer_ms": round(statistics.median(ph["optimizer"]) * 1e3, 4)}
+    for key in ("ds_step", "ds_optimizer_step", "ds_optimizer_gradients", "ds_optimizer_allgather"):
+        if ph.get(key):
+            out[f"deepspeed_timer_{key[3:]}_ms"] = round(statistics.median(ph[key]) * 1e3, 4)
+    if out.get("deepspeed_timer_step_ms"):
+        out["optimizer_over_deepspeed_timer"] = round(out["optimizer_ms"] / out["deepspeed_timer_step_ms"], 4)
+    return out
 
 
 def metrics(result: CaseResult, phase: str) -> dict:
@@ -82,6 +120,7 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "threads_per_rank": [i.get("threads") for i in infos],
         "cpus_per_rank": [i.get("affinity") for i in infos],
         "placed": info["placed"], "setup_losses_rank0": info["setup_losses"], "device": info["device_name"],
+        **deepspeed_parts(result),
     }
 
 

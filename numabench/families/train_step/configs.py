@@ -35,3 +35,31 @@ def model_config(name: str) -> GPTConfig:
         return MODELS[name]
     except KeyError:
         raise KeyError(f"unknown model {name!r}: allowed {', '.join(MODELS)}") from None
+
+
+# The optimizer every mode trains with: AdamW, these betas and weight decay (eps 1e-8).
+BETAS = (0.9, 0.95)
+WEIGHT_DECAY = 0.01
+EPS = 1e-8
+
+
+def deepspeed_config(stage: int, micro_batch: int, dtype: str, lr: float, *, pin_memory: bool = True) -> dict:
+    """DeepSpeed's configuration for ZeRO-Offload: ZeRO stage ``stage`` (2 or 3) with the optimizer
+    state and its step on the host (DeepSpeedCPUAdam, which DeepSpeed picks for an offloaded
+    AdamW), pinned unless ``pin_memory`` is false (a CPU-only run: nothing to pin for),
+    ``micro_batch`` sequences per rank, bf16 mixed precision or fp32, and DeepSpeed's own
+    per-phase timers (wall_clock_breakdown) to compare ours against."""
+    if stage not in (2, 3):
+        raise ValueError(f"ZeRO stage {stage}: allowed 2 or 3 (the stages with optimizer offload)")
+    if dtype not in ("fp32", "bf16"):
+        raise ValueError(f"dtype {dtype!r}: allowed fp32 or bf16")
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": list(BETAS), "eps": EPS,
+                                                  "weight_decay": WEIGHT_DECAY}},
+        "zero_optimization": {"stage": stage, "offload_optimizer": {"device": "cpu", "pin_memory": pin_memory}},
+        "bf16": {"enabled": dtype == "bf16"},
+        "wall_clock_breakdown": True,
+        "steps_per_print": 2**31 - 1,  # no progress lines in the workers' output
+    }

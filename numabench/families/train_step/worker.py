@@ -9,6 +9,11 @@ Modes (``mode`` axis, each its own worker run):
   and optimizer state (``CPUOffloadPolicy``; FSDP1 ``CPUOffload(offload_params=True)``):
   the ZeRO-Offload analogue, its host state placed by the case's NUMA policy.
   Needs CUDA.
+- ``deepspeed-zero2`` / ``deepspeed-zero3``: DeepSpeed's ZeRO-Offload itself
+  (``deepspeed.initialize`` with configs.deepspeed_config: the optimizer state and
+  step on the host, pinned, DeepSpeedCPUAdam). Needs CUDA and deepspeed.
+- ``torchao-offload``: torchao's ``CPUOffloadOptimizer`` (AdamW on the host, each
+  gradient copied out as backward makes it); one rank. Needs CUDA and torchao.
 
 ``Trainer`` is the model + wrapper + optimizer + step, shared with the
 torchrun entry point ``python -m numabench.tools.train_step_cli``.
@@ -27,6 +32,7 @@ the process's anonymous memory.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -37,6 +43,7 @@ import zlib
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.families.train_step import MODES, POOL
+from numabench.families.train_step.configs import BETAS, EPS, WEIGHT_DECAY
 
 SETUP_STEPS = 4
 
@@ -52,6 +59,34 @@ def fsdp2_available() -> bool:
 def _local(t):
     """The local shard of a DTensor, the tensor itself otherwise."""
     return t.to_local() if hasattr(t, "to_local") else t
+
+
+class DeepSpeedTimers:
+    """DeepSpeed's own per-step timers (``wall_clock_breakdown``), taken instead of printed.
+
+    The engine and its ZeRO optimizer share one timer group and, every step, "log" (print and
+    reset) the engine's step timer and the optimizer's timers; here the group's ``log`` keeps
+    the values: ``step`` (engine.step), ``optimizer_step`` (the CPU Adam over this rank's
+    partition) and the rest, in seconds."""
+
+    KEEP = {"step": "ds_step", "optimizer_step": "ds_optimizer_step", "optimizer_gradients": "ds_optimizer_gradients",
+            "optimizer_allgather": "ds_optimizer_allgather"}
+
+    def __init__(self, group) -> None:
+        self.group = group
+        self.taken: dict[str, float] = {}
+        group.log = self._log
+
+    def _log(self, names, normalizer=1.0, reset=True, memory_breakdown=False, ranks=None) -> None:
+        for name in names:
+            timer = self.group.timers.get(name)
+            if timer is not None and name in self.KEEP:
+                self.taken[self.KEEP[name]] = timer.elapsed(reset=reset) / normalizer / 1e3
+
+    def take(self) -> dict[str, float]:
+        """The timers logged since the last take."""
+        taken, self.taken = self.taken, {}
+        return taken
 
 
 class Trainer:
@@ -70,15 +105,48 @@ class Trainer:
         self.mode, self.model_name, self.dtype, self.batch = mode, model, dtype, batch
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
-        if mode == "fsdp-offload" and not self.cuda:
-            raise RuntimeError("fsdp-offload needs a CUDA GPU (torch's CPU offload copies to a device)")
+        if mode in ("fsdp-offload", "torchao-offload") and not self.cuda:
+            raise RuntimeError(f"{mode} needs a CUDA GPU (it offloads from a device to the host)")
         self.cfg = model_config(model)
         self.world = dist.get_world_size() if dist.is_initialized() else 1
+        if mode == "torchao-offload" and self.world > 1:
+            raise RuntimeError("torchao-offload runs one rank: CPUOffloadOptimizer copies each gradient to the host "
+                               "as backward makes it, before DDP would average it")
         net = build_model(model, seed=seed)
         self.n_params = count_params(net)
         self.autocast = None
+        self.engine = None  # DeepSpeed's engine (deepspeed-* modes): it runs backward and the step
+        self.opt = None
+        lr = self.cfg.lr if lr is None else lr
         bf16 = dtype == "bf16"
-        if mode == "ddp":
+        self.ds_timers: DeepSpeedTimers | None = None
+        self._optimizer_s = None  # our clock of the last engine.step() (DeepSpeed modes)
+        if mode.startswith("deepspeed-"):
+            if not self.cuda:  # DeepSpeed's CPU accelerator (gloo); read when deepspeed is first imported
+                os.environ.setdefault("DS_ACCELERATOR", "cpu")
+            import deepspeed
+
+            from numabench.families.train_step.configs import deepspeed_config
+
+            stage = int(mode.removeprefix("deepspeed-zero"))
+            self.engine, self.opt, _, _ = deepspeed.initialize(
+                model=net, model_parameters=net.parameters(),
+                config=deepspeed_config(stage, batch, dtype, lr, pin_memory=self.cuda), dist_init_required=False)
+            self.model = self.engine
+            self.ds_timers = DeepSpeedTimers(self.engine.timers)
+            where = "offloaded to the host (pinned)" if self.cuda else "on the host (DeepSpeed's CPU accelerator)"
+            self.impl = f"DeepSpeed {deepspeed.__version__} ZeRO-{stage}, optimizer {where}"
+        elif mode == "torchao-offload":
+            import torchao
+            from torchao.optim import CPUOffloadOptimizer
+
+            self.model = net.to(self.device)
+            if bf16:
+                self.autocast = torch.bfloat16
+            self.opt = CPUOffloadOptimizer(self.model.parameters(), torch.optim.AdamW, lr=lr, betas=BETAS,
+                                           eps=EPS, weight_decay=WEIGHT_DECAY)
+            self.impl = f"torchao {torchao.__version__} CPUOffloadOptimizer(AdamW)"
+        elif mode == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             net = net.to(self.device)
@@ -116,7 +184,8 @@ class Trainer:
                               cpu_offload=CPUOffload(offload_params=mode == "fsdp-offload"),
                               device_id=self.device if self.cuda else None)
             self.impl = "FSDP1" + (" + CPUOffload(offload_params=True)" if mode == "fsdp-offload" else "")
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr if lr is None else lr, betas=(0.9, 0.95), weight_decay=0.01)
+        if self.opt is None:
+            self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
         g = torch.Generator().manual_seed(10_007 * (data_seed + 1))
         self.pool = [torch.randint(0, self.cfg.vocab, (batch, self.cfg.seq_len + 1), generator=g).to(self.device)
                      for _ in range(POOL)]
@@ -137,6 +206,14 @@ class Trainer:
             batch = self.pool[self.k % len(self.pool)]
             self.k += 1
         x, y = batch[:, :-1], batch[:, 1:]
+        if self.engine is not None:  # DeepSpeed: its engine casts, reduces, steps and zeroes the grads
+            loss = lm_loss(self.engine(x), y)
+            self.engine.backward(loss)
+            # engine.step() (the reduced gradients' copy to the host, CPU Adam, the parameters'
+            # copy back) timed by us, to set beside DeepSpeed's own timers of the same call
+            with self._clock() as self._optimizer_s:
+                self.engine.step()
+            return loss.detach()
         if self.autocast is not None:
             with torch.autocast(self.device.type, dtype=self.autocast):
                 loss = lm_loss(self.model(x), y)
@@ -146,6 +223,33 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return loss.detach()
+
+    def step_parts(self) -> dict[str, float]:
+        """The last step's parts, seconds (DeepSpeed modes; empty otherwise): ``optimizer`` (our
+        clock of engine.step()) and DeepSpeed's timers of the same step (``ds_step``,
+        ``ds_optimizer_step``, ...). Read after the step is synchronized."""
+        if self._optimizer_s is None:
+            return {}
+        parts = {"optimizer": self._optimizer_s(), **self.ds_timers.take()}
+        self._optimizer_s = None
+        return parts
+
+    @contextlib.contextmanager
+    def _clock(self):
+        """Times the block: CUDA events on the current stream, or wall time; yields a callable
+        that gives the seconds once the block is done (synchronizing the end event)."""
+        import torch
+
+        if self.cuda:
+            s = torch.cuda.current_stream(self.device)
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(s)
+            yield lambda: (e1.synchronize(), e0.elapsed_time(e1) / 1e3)[1]
+            e1.record(s)
+        else:
+            t = [time.perf_counter_ns(), None]
+            yield lambda: (t[1] - t[0]) * 1e-9
+            t[1] = time.perf_counter_ns()
 
     def timed_step(self) -> float:
         """Seconds of one step: CUDA events on the current stream (synchronized), or wall time."""
@@ -170,16 +274,33 @@ class Trainer:
             h.update(_local(p.detach()).float().cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
 
+    def host_optimizers(self) -> list:
+        """The optimizers whose parameters and state live on the host: DeepSpeed's inner
+        optimizer (DeepSpeedCPUAdam over the fp32 partitions), torchao's per-parameter CPU
+        optimizers, else the optimizer itself."""
+        if self.engine is not None:
+            return [getattr(self.opt, "optimizer", self.opt)]
+        if hasattr(self.opt, "optim_dict"):
+            return list(self.opt.optim_dict.values())
+        return [self.opt]
+
     def host_state_ranges(self) -> list[tuple[int, int]]:
-        """(address, bytes) of the CPU-resident parameters and optimizer state."""
-        out = []
+        """(address, bytes) of the CPU-resident parameters, their gradients (where the host
+        keeps its own) and optimizer state, each once."""
         tensors = [_local(p.detach()) for p in self.model.parameters()]
-        for st in self.opt.state.values():
-            tensors += [_local(v) for v in st.values() if hasattr(v, "data_ptr")]
+        for opt in self.host_optimizers():
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    tensors.append(_local(p.detach()))
+                    if p.grad is not None:
+                        tensors.append(_local(p.grad))
+            for st in opt.state.values():
+                tensors += [_local(v) for v in st.values() if hasattr(v, "data_ptr")]
+        ranges = {}
         for t in tensors:
             if t.device.type == "cpu" and t.numel() > 1:
-                out.append((t.data_ptr(), t.numel() * t.element_size()))
-        return out
+                ranges[t.data_ptr()] = max(ranges.get(t.data_ptr(), 0), t.numel() * t.element_size())
+        return sorted(ranges.items())
 
 
 def anon_report(pid: int | str = "self"):
@@ -249,6 +370,10 @@ class Worker(BaseWorker):
             dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
                                     world_size=world, timeout=datetime.timedelta(seconds=300),
                                     **({"device_id": device} if cuda else {}))
+        # torchrun's variables, as a library that assumes torchrun reads them (DeepSpeed takes its
+        # device from LOCAL_RANK and looks for the rest before it reuses the process group)
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(spec.gpu if cuda else 0),
+                          MASTER_ADDR=addr, MASTER_PORT=str(port))
         with self.setup_part("model"):
             self.trainer = tr = Trainer(self.mode, self.model_name, spec.dtype, spec.numel, device,
                                         data_seed=rank)
@@ -280,7 +405,8 @@ class Worker(BaseWorker):
                 "threads": torch.get_num_threads(), "torch": torch.__version__}
 
     def step(self, variant: dict | None = None) -> dict[str, float]:
-        return {"step": self.trainer.timed_step()}
+        # DeepSpeed modes add parts (ours and DeepSpeed's timers of engine.step); not entries
+        return {"step": self.trainer.timed_step(), **self.trainer.step_parts()}
 
     def close(self) -> None:
         import torch.distributed as dist
