@@ -15,7 +15,8 @@ def skip_reason(case) -> str | None:
         from numabench.families.cpu_adam.worker import deepspeed_available
 
         if not deepspeed_available():
-            return "impl deepspeed needs the optional 'deepspeed' package (pip install deepspeed); not importable"
+            return ("impl deepspeed needs the optional 'deepspeed' package (pip install 'numabench[deepspeed]'; "
+                    "docs/RESULTS.md pins the version): not importable")
     if case.param("impl", "").endswith("+copy") and case.dtype != "fp32":
         return "the fused bf16 copy-out is the fp32-master-state layout; it runs with dtype fp32 only"
     return None
