@@ -303,7 +303,10 @@ def test_gpu_offload_libraries(mode):
     assert all(i["host_state_bytes"] >= 3 * 4 * i["n_params"] // n * 0.9 for i in infos), \
         [(i["host_state_bytes"], i["n_params"]) for i in infos]
     assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
-    assert FAM_MOD.metrics(res, "step")["tokens_per_s"] > 0
+    m = FAM_MOD.metrics(res, "step")
+    assert m["tokens_per_s"] > 0
+    if mode.startswith("deepspeed-"):  # our CUDA events around engine.step() against DeepSpeed's timer of it
+        assert 0.9 <= m["optimizer_over_deepspeed_timer"] <= 1.1, m
 
 
 @pytest.mark.gpu
