@@ -101,9 +101,9 @@ def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | 
     shares = share_rows(run) if family in (None, "train_step", "adam_offload") and not where else []
     if shares:
         md += ["## adam_offload beside DeepSpeed's optimizer step", "",
-               "DeepSpeed's engine.step() (gradients to the host, its CPU Adam, parameters back) and the "
-               "adam_offload step of the same parameters per rank, ranks, policy and dtype (the fastest "
-               "schedule); explained = adam_offload / engine.step.", "", share_table(shares), ""]
+               ("DeepSpeed's engine.step() (gradients to the host, its CPU Adam, parameters back) and the "
+                "adam_offload step of the same parameters per rank, ranks, policy and dtype (the fastest "
+                "schedule); explained = adam_offload / engine.step."), "", share_table(shares), ""]
         text += ["adam_offload beside DeepSpeed's optimizer step", share_table(shares), ""]
     markdown = "\n".join(md).rstrip() + "\n"
     md_path = None

@@ -39,6 +39,7 @@ import json
 import os
 import time
 import zlib
+from typing import ClassVar
 
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
@@ -69,8 +70,9 @@ class DeepSpeedTimers:
     the values: ``step`` (engine.step), ``optimizer_step`` (the CPU Adam over this rank's
     partition) and the rest, in seconds."""
 
-    KEEP = {"step": "ds_step", "optimizer_step": "ds_optimizer_step", "optimizer_gradients": "ds_optimizer_gradients",
-            "optimizer_allgather": "ds_optimizer_allgather"}
+    KEEP: ClassVar[dict[str, str]] = {
+        "step": "ds_step", "optimizer_step": "ds_optimizer_step", "optimizer_gradients": "ds_optimizer_gradients",
+        "optimizer_allgather": "ds_optimizer_allgather"}
 
     def __init__(self, group) -> None:
         self.group = group
