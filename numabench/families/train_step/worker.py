@@ -11,7 +11,8 @@ Modes (``mode`` axis, each its own worker run):
   Needs CUDA.
 - ``deepspeed-zero2`` / ``deepspeed-zero3``: DeepSpeed's ZeRO-Offload itself
   (``deepspeed.initialize`` with configs.deepspeed_config: the optimizer state and
-  step on the host, pinned, DeepSpeedCPUAdam). Needs CUDA and deepspeed.
+  step on the host, pinned, DeepSpeedCPUAdam). Needs deepspeed; without CUDA it runs
+  on DeepSpeed's CPU accelerator over gloo (the same partitioning and CPU Adam, no copies).
 - ``torchao-offload``: torchao's ``CPUOffloadOptimizer`` (AdamW on the host, each
   gradient copied out as backward makes it); one rank. Needs CUDA and torchao.
 
@@ -255,19 +256,9 @@ class Trainer:
 
     def timed_step(self) -> float:
         """Seconds of one step: CUDA events on the current stream (synchronized), or wall time."""
-        import torch
-
-        if self.cuda:
-            s = torch.cuda.current_stream(self.device)
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record(s)
+        with self._clock() as seconds:
             self.step()
-            e1.record(s)
-            e1.synchronize()
-            return e0.elapsed_time(e1) / 1e3
-        t0 = time.perf_counter_ns()
-        self.step()
-        return (time.perf_counter_ns() - t0) * 1e-9
+        return seconds()
 
     def param_digest(self) -> str:
         """sha256 over this rank's parameters (its shards under FSDP)."""
