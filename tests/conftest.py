@@ -3,7 +3,7 @@ byte-for-byte as they began (tests write fake trees only; see tests/test_interru
 kernels are built into a temporary folder, not the user's cache (~/.cache/numabench/build),
 which the fault matrix would otherwise fill with injected faults and which another
 process on the machine could be using (.ci/test names one folder for all its pytest runs);
-torch's inductor cache goes to a temporary folder too."""
+torch's inductor cache and DeepSpeed's JIT-built ops go to temporary folders too."""
 from __future__ import annotations
 
 import os
@@ -37,9 +37,9 @@ def real_weights_unchanged():
 
 
 # Folders the session's processes (tests, benchmark runs, workers: they inherit the variables)
-# write into: kernel builds, and torch's inductor cache, which torch.optim's first step creates
-# (/tmp/torchinductor_<user> by default; the workers' float64 reference takes one).
-# (TORCH_EXTENSIONS_DIR: where DeepSpeed JIT-builds its ops, e.g. the CPU Adam)
+# write into: kernel builds; torch's inductor cache, which torch.optim's first step creates
+# (/tmp/torchinductor_<user> by default; the workers' float64 reference takes one); and
+# torch's extensions folder, where DeepSpeed JIT-builds its ops (~/.cache/torch_extensions).
 TEMP_FOLDERS = {"NUMABENCH_BUILD_DIR": "numabench-test-build-", "TORCHINDUCTOR_CACHE_DIR": "torchinductor-test-",
                 "TORCH_EXTENSIONS_DIR": "torch-extensions-test-"}
 _own_folders: dict[str, str] = {}

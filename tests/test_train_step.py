@@ -1,5 +1,7 @@
-"""train_step family: the model learns, DDP over gloo keeps two ranks identical, the torchrun
-entry point runs, CPU-only skips say why; GPU modes (DDP, FSDP, FSDP + CPU offload) where CUDA is."""
+"""train_step family: the model learns, DDP over gloo keeps two ranks identical, DeepSpeed's
+ZeRO-2/3 run on its CPU accelerator (where deepspeed is installed), the torchrun entry point
+runs, CPU-only skips say why; GPU modes (DDP, FSDP, FSDP + CPU offload, DeepSpeed, torchao)
+where CUDA is."""
 from __future__ import annotations
 
 import importlib.util
@@ -204,7 +206,8 @@ def test_deepspeed_on_the_cpu_over_gloo(mode):
     pytest.importorskip("deepspeed", reason="the optional package deepspeed is not installed (numabench[deepspeed])")
     if TOPO.gpus:
         pytest.skip("this machine has GPUs: DeepSpeed runs on CUDA there (the GPU tests)")
-    c = case(mode=mode, nprocess=2, batch=8)
+    # bound to a node, so the pages of the host state have somewhere to be checked against
+    c = case(mode=mode, nprocess=2, batch=8, policy=f"bind:{(TOPO.memory_node_ids or (0,))[0]}")
     res = run_case(c, FAM, TOPO, CAPS, rounds=4, warmup=1, timeout_s=600)
     a, b = res.setup_info
     assert a["backend"] == "gloo" and a["impl"].startswith("DeepSpeed ") and "CPU accelerator" in a["impl"]
@@ -215,7 +218,8 @@ def test_deepspeed_on_the_cpu_over_gloo(mode):
         assert info["placed"] == "host state"
         # AdamW's two moments and the fp32 master weights of this rank's half, on the host
         assert info["host_state_bytes"] >= 3 * 4 * info["n_params"] // 2 * 0.9, (info["host_state_bytes"], info["n_params"])
-    assert all(p.verdict is None or p.verdict.ok for p in res.placement)
+    assert len(res.placement) == 2 and all(p.verdict is not None and p.verdict.ok for p in res.placement), \
+        [p.to_dict() for p in res.placement]
     m = FAM_MOD.metrics(res, "step")
     assert m["tokens_per_s"] > 0 and len(res.phases["optimizer"]) == len(res.phases["step"]) == 4
     assert 0 < m["optimizer_ms"] < statistics.median(res.phases["step"]) * 1e3

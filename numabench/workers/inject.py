@@ -7,9 +7,9 @@ timed region itself, so the clock that measures the phase sees the wait:
 - CPU phases (perf_counter): after the work, spin until the phase has taken F
   times what the work took in this very round;
 - GPU phases (CUDA events): before the phase's end event, a spin kernel on the
-  phase's stream (``torch.cuda._sleep``) of (F - 1) times the phase's
-  un-padded time in the previous round, converted to GPU clock cycles with a
-  rate measured once on this GPU.
+  phase's stream (``torch.cuda._sleep``) of (F - 1) times the phase's least
+  un-padded time seen, converted to GPU clock cycles with a rate measured once
+  on this GPU (the SM clock moves, so the pad's real length varies: docs/GATE.md).
 
 Recorded numbers are never scaled: the gate must catch what the worker did.
 """
@@ -42,7 +42,7 @@ class SlowdownPad:
     def __init__(self, factor: float | None = None) -> None:
         self.factor = slowdown_factor() if factor is None else factor
         self.active = self.factor != 1.0
-        self._base_s: dict[Any, float] = {}  # phase key -> un-padded seconds in the last round
+        self._base_s: dict[Any, float] = {}  # phase key -> least un-padded seconds seen
         self._pad_s: dict[Any, float] = {}  # phase key -> pad asked for in the current round
         self._cycles_per_s: float | None = None
 
