@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from numabench.errors import NumabenchError, UsageError
-from numabench.results.compare import DEFAULT_THRESHOLD
+from numabench.results.compare import DEFAULT_COARSEST, DEFAULT_THRESHOLD
 from numabench.results.formats import FORMATS
 
 
@@ -151,7 +151,7 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         if not key:
             raise UsageError(f"{new} records no hardware key: name the baseline (numabench compare BASELINE NEW)")
         old = str(check_baselines(Path(ns.storage) / key, True, key)[0])
-    res = compare_runs(old, new, threshold=ns.threshold, allow_foreign=ns.allow_foreign)
+    res = compare_runs(old, new, threshold=ns.threshold, coarsest=ns.coarsest, allow_foreign=ns.allow_foreign)
     show = "changed" if ns.changed_only or (ns.format == "markdown" and not ns.all) else "all"
     sys.stdout.write(render_as(res, ns.format, show=show))
     return res.exit_code
@@ -192,6 +192,16 @@ def cmd_merge(ns: argparse.Namespace) -> int:
     how = "the later run's entry kept" if ns.replace else "their invocations pooled"
     print(f"{path}: {len(res.run['benchmarks'])} benchmarks from {len(ns.runs)} runs"
           + (f"; {len(res.again)} measured by several runs, {how}" if res.again else ""))
+    return 0
+
+
+def cmd_learn(ns: argparse.Namespace) -> int:
+    from numabench.results.window import learn
+
+    res = learn(ns.window, ns.run, keep=ns.keep, seed=ns.seed)
+    print(f"{res.folder}: {len(res.members)} runs ({', '.join(res.members)})"
+          + (f"; dropped {', '.join(res.dropped)}" if res.dropped else "")
+          + f"; {res.entries} entries in {res.baseline} (judge with --benchmark-compare={res.baseline})")
     return 0
 
 
@@ -295,8 +305,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "key under --storage")
     p.add_argument("--storage", default="baselines", help="where baselines live, by hardware key (default baselines)")
     p.add_argument("--threshold", default=None,
-                   help="how far beyond the band a value must lie (default: the threshold a gated NEW run was judged "
-                        f"with, else {DEFAULT_THRESHOLD.replace('%', '%%')})")
+                   help="how far beyond the band a value must lie at least; a noisier entry's own threshold is larger "
+                        "(default: the threshold a gated NEW run was judged with, else "
+                        f"{DEFAULT_THRESHOLD.replace('%', '%%')})")
+    p.add_argument("--coarsest", default=None,
+                   help="an entry that cannot detect a slowdown this small is informational (default: as a gated NEW "
+                        f"run was judged, else {DEFAULT_COARSEST.replace('%', '%%')})")
     p.add_argument("--allow-foreign", action="store_true", help="compare runs from different hardware keys")
     p.add_argument("--changed-only", action="store_true", help="list only benchmarks whose verdict is not 'same'")
     p.add_argument("--format", choices=FORMATS, default="text",
@@ -313,6 +327,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--replace", action="store_true",
                    help="an entry several runs measured: keep the last run's instead of pooling")
     p.set_defaults(func=cmd_merge)
+    p = sub.add_parser("learn", help="fold a passing gated run into a hardware key's rolling baseline (the last "
+                                     "--keep runs, oldest out), so its bands learn how runners of the key differ")
+    p.add_argument("run", help="the gated run (--benchmark-json with --benchmark-save-data); refused if it holds a "
+                               "confirmed regression")
+    p.add_argument("--window", required=True, help="the window's folder (created; kept as a CI cache or artifact)")
+    p.add_argument("--keep", type=int, default=10, help="runs the window keeps (default 10)")
+    p.add_argument("--seed", default=None, help="what a new window starts from: a run file, or a baselines folder "
+                                                "(the newest committed run of the run's hardware key)")
+    p.set_defaults(func=cmd_learn)
     p = sub.add_parser("fleet", help="runs of many runners in one Elasticsearch/OpenSearch index: push saved runs, "
                                      "pull the newest runs of a hardware key as one baseline (invocations pooled)")
     p.add_argument("action", choices=("push", "pull", "keys"))

@@ -159,20 +159,21 @@ def test_push_refuses_a_run_without_hardware_key_or_rounds(fake_index):
 
 def test_cli_push_pull_then_compare(fake_index, tmp_path, capsys):
     a = _run("K", "runner-a", "2026-11-20T10:00:00+00:00", {"t[a]": 1.0, "t[b]": 2.0})
-    b = _run("K", "runner-b", "2026-11-21T10:00:00+00:00", {"t[a]": 1.1, "t[b]": 2.1})
+    b = _run("K", "runner-b", "2026-11-21T10:00:00+00:00", {"t[a]": 1.01, "t[b]": 2.02})
+    c = _run("K", "runner-c", "2026-11-21T12:00:00+00:00", {"t[a]": 1.02, "t[b]": 2.04})
     paths = []
-    for name, run in (("a.json", a), ("b.json", b)):
+    for name, run in (("a.json", a), ("b.json", b), ("c.json", c)):
         (tmp_path / name).write_text(json.dumps(run))
         paths.append(str(tmp_path / name))
     assert main(["fleet", "push", *paths, "--index", fake_index]) == 0
     assert "2 entries in" in capsys.readouterr().out
     out = tmp_path / "baseline.json"
     assert main(["fleet", "pull", "--index", fake_index, "--key", "K", "--output", str(out)]) == 0
-    assert "2 benchmarks from 2 runs of K" in capsys.readouterr().out
+    assert "2 benchmarks from 3 runs of K" in capsys.readouterr().out
     assert main(["fleet", "pull", "--index", fake_index, "--key", "K", "--output", str(out)]) == 2  # never overwritten
     assert "exists" in capsys.readouterr().err
     # the pulled baseline is what the gate reads: a 30% slower entry is flagged against the pooled band
-    new = _run("K", "runner-c", "2026-11-22T10:00:00+00:00", {"t[a]": 1.4, "t[b]": 2.05})
+    new = _run("K", "runner-d", "2026-11-22T10:00:00+00:00", {"t[a]": 1.4, "t[b]": 2.03})
     (tmp_path / "new.json").write_text(json.dumps(new))
     assert main(["compare", str(out), str(tmp_path / "new.json")]) == 1
     text = capsys.readouterr().out

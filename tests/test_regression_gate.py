@@ -1,12 +1,15 @@
 """The regression gate end to end on the CPU families (touch, host_membw, cpu_adam at a small
-size), as `pytest benchmarks --benchmark-compare` runs it: a baseline of 3 invocations per
-case, A/A runs of unchanged code that pass, a real injected slowdown of 20% that fails the
-run with most entries flagged and confirmed, `numabench ab` both ways, and the errors that
-replace a silent pass.
+size), as `pytest benchmarks --benchmark-compare` runs it: a baseline pooled from 3 runs
+(sessions) of 2 invocations each, A/A runs of unchanged code that pass, a real injected
+slowdown of 30% that every gated entry catches, a band of one run reported as insufficient
+data, `numabench ab` both ways, and the errors that replace a silent pass.
 
-This CPU machine is noisy (invocations of unchanged code differ by up to ~6%, and xdist
-neighbours would add more), so these tests run alone (marker ``serial``, a second pytest
-run in .ci/test) and judge with a 7% threshold; GPU figures are in docs/GATE.md.
+This CPU VM is noisy: sessions drift apart (touch 545 us in one session, 578 us in the
+next), the first invocation of a session runs up to ~8% slower than the next ones, and
+xdist neighbours would add more. So these tests run alone (marker ``serial``, a second
+pytest run in .ci/test) and judge by the gate's own rule with its default threshold: each
+entry's threshold comes from the spread of its band, and an entry too noisy to detect 15%
+is informational (reported, never failing); the tests say which entries those were.
 """
 from __future__ import annotations
 
@@ -25,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.serial
 FAMILIES = ["benchmarks/test_touch.py", "benchmarks/test_host_membw.py", "benchmarks/test_cpu_adam.py"]
 SELECT = ["--numa-policies=default", "--param-sizes=4M", "--numa-axis", "impl=ours"]
-THRESHOLD = "--numa-gate-threshold=7%"
 ENTRIES = 5  # touch 1 + host_membw 3 kernels + cpu_adam 1 impl
+BASELINE_RUNS, BASELINE_INVOCATIONS = 3, 2
 
 
 def run_suite(storage: Path, *args: str, slowdown: str | None = None,
@@ -48,48 +51,77 @@ def gate_counts(text: str) -> str:
     return lines[-1]
 
 
+def gate_records(path: Path) -> dict[str, dict]:
+    """name -> extra_info.gate of a gated run's --benchmark-json."""
+    return {b["name"]: b["extra_info"]["gate"] for b in json.loads(path.read_text())["benchmarks"]}
+
+
+def gate_section(text: str) -> str:
+    return text[text.find("numabench regression gate"):]
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> Path:
+    """A baseline as the gate wants one: 3 runs of 2 invocations each, merged (numabench merge)."""
+    from numabench.cli import main
+
     storage = tmp_path_factory.mktemp("baselines")
-    out = run_suite(storage, "--benchmark-save=base", "--benchmark-save-data", "--numa-repeats=3")
-    assert out.returncode == 0, out.stdout + out.stderr
-    [saved] = list(storage.rglob("0001_base.json"))
-    data = json.loads(saved.read_text())
-    assert data["machine_info"]["numabench"]["hardware_key"]
+    for i in range(BASELINE_RUNS):
+        out = run_suite(storage, f"--benchmark-save=run{i}", "--benchmark-save-data",
+                        f"--numa-repeats={BASELINE_INVOCATIONS}")
+        assert out.returncode == 0, out.stdout + out.stderr
+    runs = sorted(storage.rglob("000[1-9]_run*.json"))
+    assert len(runs) == BASELINE_RUNS
+    assert main(["merge", str(runs[0].parent / "0004_base.json"), *map(str, runs)]) == 0
+    [merged] = list(storage.rglob("0004_base.json"))
+    data = json.loads(merged.read_text())
+    assert data["machine_info"]["numabench"]["hardware_key"] and data["machine_info"]["numabench"]["machine_instance"]
     assert len(data["benchmarks"]) == ENTRIES
     for b in data["benchmarks"]:
-        meds = b["extra_info"]["invocation_medians_s"]
-        assert len(meds) == 3 and all(m > 0 for m in meds)
-        assert b["stats"]["rounds"] == b["extra_info"]["rounds"] == len(b["stats"]["data"])
-        assert b["stats"]["rounds"] % 3 == 0  # the rounds of all three invocations, pooled
+        extra = b["extra_info"]
+        meds = extra["invocation_medians_s"]
+        assert len(meds) == BASELINE_RUNS * BASELINE_INVOCATIONS and all(m > 0 for m in meds)
+        assert len(set(extra["invocation_sources"])) == BASELINE_RUNS
+        assert len(set(extra["invocation_machines"])) == 1  # this machine, which the gated runs come from too
     return storage
 
 
 def test_unchanged_code_passes_three_times(saved):
-    for _ in range(3):
-        out = run_suite(saved, "--benchmark-compare", THRESHOLD)
+    """Exit 0 each time: no gated entry confirmed slower. Which entries were gated and which too
+    noisy to gate is in the gate's table (printed with -s, or in a failure's message)."""
+    for i in range(3):
+        out = run_suite(saved, "--benchmark-compare", f"--benchmark-json={saved.parent / f'aa{i}.json'}")
         text = out.stdout + out.stderr
-        assert out.returncode == 0, text
+        assert out.returncode == 0, gate_section(text) or text
         assert "numabench regression gate" in text and "REGRESSION" not in text
-        assert gate_counts(text).startswith(f"{ENTRIES} entries: ")
+        assert gate_counts(text).startswith(f"{ENTRIES} entries: "), text
+        records = gate_records(saved.parent / f"aa{i}.json")
+        assert set(records) and all(r["verdict"] != "insufficient data" for r in records.values()), records
+        print(gate_section(text))
 
 
-def test_real_twenty_percent_slowdown_fails_the_run_confirmed(saved):
-    """3 invocations per case, judged by their median. Touch's first touch moves by up to ~15%
-    between invocations on this VM (seen in CI: one invocation at 0.553 ms of work against a
-    0.636 ms baseline median, which hides a 20% pad; another whose confirmation fell back inside
-    the band), so per entry the test asks for most, not all: the run fails, at least 4 of the 5
-    entries are judged slower, at least 3 confirmed, none judged faster."""
-    out = run_suite(saved, "--benchmark-compare", THRESHOLD, "--numa-repeats=3", slowdown="1.2")
+def test_real_slowdown_is_caught_by_every_gated_entry(saved):
+    """30% injected, 3 invocations per case: every gated entry (each detects 15% or less) is judged
+    slower and confirmed, the run fails; informational entries cannot fail it and are listed. On a
+    machine where no entry is quiet enough to gate, the test skips saying so."""
+    out = run_suite(saved, "--benchmark-compare", "--numa-repeats=3", f"--benchmark-json={saved.parent / 'slow.json'}",
+                    slowdown="1.3")
     text = out.stdout + out.stderr
-    assert out.returncode == 1, text
-    counts = re.match(rf"{ENTRIES} entries: (\d+) slower, 0 faster, (\d+) same, 0 no baseline", gate_counts(text))
-    assert counts, text
-    slower = int(counts.group(1))
-    assert slower >= ENTRIES - 1, text
-    confirmed = re.search(rf"confirmation: (\d+) of the {slower} entries judged slower were slower again", text)
-    assert confirmed and int(confirmed.group(1)) >= ENTRIES - 2, text
-    assert f"REGRESSION: {confirmed.group(1)} entries" in text, text
+    records = gate_records(saved.parent / "slow.json")
+    gated = {n: r for n, r in records.items() if r["verdict"] in ("slower", "same", "faster")}
+    noisy = {n: r for n, r in records.items() if r["verdict"] == "informational"}
+    assert len(gated) + len(noisy) == ENTRIES, gate_section(text)
+    if not gated:
+        pytest.skip("every entry is too noisy to gate on this machine: "
+                    + "; ".join(f"{n} {r['why']}" for n, r in noisy.items()))
+    assert all(r["detectable_pct"] <= 15 for r in gated.values()), gate_section(text)
+    missed = {n: r for n, r in gated.items() if not (r["verdict"] == "slower" and r["confirmation"] == "slower")}
+    assert not missed, gate_section(text)
+    assert out.returncode == 1, gate_section(text)
+    assert f"REGRESSION: {len(gated)} entries" in text, gate_section(text)
+    for name in noisy:
+        assert name in text  # listed as informational with its spread
+    print(gate_section(text))
 
 
 def test_upstream_compare_fail_keeps_working(saved):
@@ -128,19 +160,19 @@ def test_no_baseline_for_this_hardware_key_names_the_keys(tmp_path):
 
 
 def test_baseline_from_another_python_version_is_found(saved, tmp_path):
-    [src] = list(saved.rglob("0001_base.json"))
+    [src] = list(saved.rglob("0004_base.json"))
     folder = tmp_path / "store" / "Linux-CPython-3.99-64bit"
     folder.mkdir(parents=True)
     shutil.copy(src, folder / src.name)
-    out = run_suite(tmp_path / "store", "--benchmark-compare", THRESHOLD, files=FAMILIES[:1])
+    out = run_suite(tmp_path / "store", "--benchmark-compare", files=FAMILIES[:1])
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
-    assert "Linux-CPython-3.99-64bit/0001_base" in text and "numabench regression gate" in text
+    assert "Linux-CPython-3.99-64bit/0004_base" in text and "numabench regression gate" in text
     assert "Can't compare" not in text
 
 
 def test_baseline_from_other_hardware_is_refused(saved, tmp_path):
-    [src] = list(saved.rglob("0001_base.json"))
+    [src] = list(saved.rglob("0004_base.json"))
     data = json.loads(src.read_text())
     data["machine_info"]["numabench"]["hardware_key"] = "H200x2_other-cpu_2node_cuda13"
     foreign = tmp_path / src.parent.name
@@ -151,22 +183,25 @@ def test_baseline_from_other_hardware_is_refused(saved, tmp_path):
     assert "refusing to compare" in out.stdout + out.stderr
 
 
-def test_merged_baseline_pools_and_gates(saved, tmp_path):
-    """Two saved runs merged (numabench merge) pool their invocations into one band; as the
-    newest run it is what a plain --benchmark-compare loads, and it gates."""
+def test_a_band_of_one_run_is_insufficient_data_and_never_fails(saved, tmp_path):
+    """One run merged with itself (the same run twice: its invocations counted twice, still one
+    session): a 2x slowdown against it is reported as insufficient data, with the command that
+    fills the band, and the run passes."""
     from numabench.cli import main
 
-    [src] = list(saved.rglob("0001_base.json"))
+    [src] = list(saved.rglob("0001_run0.json"))
     folder = tmp_path / "store" / src.parent.name
     folder.mkdir(parents=True)
     shutil.copy(src, folder / src.name)
     assert main(["merge", str(folder / "0002_merged.json"), str(folder / src.name), str(src)]) == 0
     merged = json.loads((folder / "0002_merged.json").read_text())
-    assert all(len(b["extra_info"]["invocation_medians_s"]) == 6 for b in merged["benchmarks"])
-    out = run_suite(tmp_path / "store", "--benchmark-compare", THRESHOLD, slowdown="1.3", files=FAMILIES[:1])
+    assert all(len(b["extra_info"]["invocation_medians_s"]) == 2 * BASELINE_INVOCATIONS for b in merged["benchmarks"])
+    out = run_suite(tmp_path / "store", "--benchmark-compare", slowdown="2.0", files=FAMILIES[:1])
     text = out.stdout + out.stderr
-    assert out.returncode == 1, text
-    assert "0002_merged" in text and "(6)" in text and "REGRESSION: 1 entries" in text
+    assert out.returncode == 0, text
+    assert "0002_merged" in text and "(4)" in text and "REGRESSION" not in text
+    assert "1 insufficient data" in gate_counts(text) and "insufficient data (slower)" in text
+    assert "WARNING: 1 entries have insufficient data" in text and "refresh-baseline" in text
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs a git checkout")

@@ -6,7 +6,7 @@ gate read these keys.
 extra_info of every entry: ``family, phase, nprocess, numel, numel_per_rank, dtype,
 policy``, one key per further axis (impl, schedule, ...), ``hardware_key``; of a measured
 entry also ``launcher, placement, per_rank_median_s, rounds, run_fixed_s, run_fixed_parts_s,
-run_step_wall_s, invocation_medians_s`` and
+run_step_wall_s, invocation_medians_s, invocation_machines`` and
 (with an injected slowdown) ``injected_slowdown``; then the family's metrics (bytes,
 GB/s, limits, ...).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from numabench.results.invocations import INVOCATION_MEDIANS
+from numabench.results.invocations import INVOCATION_MACHINES, INVOCATION_MEDIANS
 
 if TYPE_CHECKING:
     from numabench.cases import Case, CaseResult
@@ -61,8 +61,9 @@ def case_of_entry(extra: dict[str, Any], family: "Family") -> "Case | None":
         return None
 
 
-def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, metrics: dict[str, Any]) -> dict[str, Any]:
-    """extra_info of an entry measured by this suite."""
+def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, metrics: dict[str, Any],
+                        machine: str | None = None) -> dict[str, Any]:
+    """extra_info of an entry measured by this suite on ``machine`` (numabench.machine.instance)."""
     extra = {
         **case_fields(result.case, phase, hardware_key),
         "launcher": result.launcher,
@@ -72,6 +73,7 @@ def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, met
         "run_fixed_s": round(result.fixed_s, 3), "run_step_wall_s": result.step_wall_s,
         "run_fixed_parts_s": result.fixed_parts_s,
         INVOCATION_MEDIANS: result.invocation_medians(phase),
+        INVOCATION_MACHINES: [machine] * len(result.invocation_medians(phase)),
         **metrics,
     }
     if result.slowdown != 1.0:

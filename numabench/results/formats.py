@@ -8,11 +8,15 @@ import statistics
 from typing import Any
 
 from numabench.results.compare import (
+    FILL_COMMAND,
     HEADER,
+    INFORMATIONAL,
+    INSUFFICIENT,
     SLOWER,
     CompareResult,
     Row,
     render,
+    rule_line,
     summary_lines,
     table_rows,
 )
@@ -27,9 +31,10 @@ def render_markdown(res: CompareResult, *, show: str = "changed") -> str:
     status = (f"**{len(res.regressions)} regression(s)**" if res.regressions
               else "**no regression**")
     out = [f"### numabench gate: {status}", "",
-           f"baseline `{res.baseline}` [`{res.baseline_key}`], new `{res.new}` [`{res.new_key}`]; slower means beyond "
-           f"the baseline's band of invocation medians by more than {res.threshold_pct:g}%, confirmed by fresh "
-           "invocations where the run made them.", ""]
+           f"baseline `{res.baseline}` [`{res.baseline_key}`], new `{res.new}` [`{res.new_key}`]; "
+           f"{rule_line(res.rule)}; confirmed by fresh invocations where the run made them.", ""]
+    for warning in warnings(res):
+        out += [f"> [!WARNING]\n> {warning}", ""]
     if rows:
         out.append("| " + " | ".join(HEADER) + " |")
         out.append("|" + "---|" * len(HEADER))
@@ -40,6 +45,21 @@ def render_markdown(res: CompareResult, *, show: str = "changed") -> str:
         out += ["Every compared entry is within its band.", ""]
     out += [f"- {line}" for line in summary_lines(res)]
     return "\n".join(out) + "\n"
+
+
+def warnings(res: CompareResult) -> list[str]:
+    """What a reader must not miss although it fails nothing: entries that are not gated."""
+    out = []
+    thin = [r.name for r in res.rows if r.verdict == INSUFFICIENT]
+    if thin:
+        out.append(f"{len(thin)} entries have insufficient data and are NOT GATED ({', '.join(thin[:5])}"
+                   f"{', ...' if len(thin) > 5 else ''}): fill their bands with {FILL_COMMAND}")
+    noisy = [r for r in res.rows if r.verdict == INFORMATIONAL]
+    if noisy:
+        out.append(f"{len(noisy)} entries are informational, too noisy to detect {res.rule.coarsest_pct:g}% and NOT "
+                   f"GATED ({', '.join(f'{r.name} spread {r.band.spread_pct:.1f}%' for r in noisy[:5])}"
+                   f"{', ...' if len(noisy) > 5 else ''}): judge them with numabench ab on one machine")
+    return out
 
 
 def _escape_data(text: str) -> str:
@@ -70,6 +90,8 @@ def render_github(res: CompareResult) -> str:
         elif row.verdict == SLOWER:
             lines.append(f"::warning title={_escape_property('numabench: not confirmed ' + row.name)}::"
                          f"{_escape_data(_describe(row))}")
+    for warning in warnings(res):
+        lines.append(f"::warning title=numabench: not gated::{_escape_data(warning)}")
     lines.append(f"::notice title=numabench gate::{_escape_data('; '.join(summary_lines(res)))}")
     return "\n".join(lines) + "\n"
 
@@ -82,11 +104,16 @@ def to_json(res: CompareResult) -> dict[str, Any]:
     """Everything the table says, as data (seconds, percent)."""
     return {
         "baseline": res.baseline, "new": res.new, "baseline_key": res.baseline_key, "new_key": res.new_key,
-        "threshold_pct": res.threshold_pct, "counts": res.counts(), "regressions": len(res.regressions),
+        "threshold_pct": res.threshold_pct, "coarsest_pct": res.rule.coarsest_pct,
+        "noise_multiple": res.rule.noise_multiple, "min_invocations": res.rule.min_invocations,
+        "counts": res.counts(), "regressions": len(res.regressions), "warnings": warnings(res),
         "geomean_ratio": res.geomean_ratio, "exit_code": res.exit_code, "only_baseline": res.only_baseline,
         "entries": [{
             "name": r.name, "fullname": r.fullname, "verdict": r.verdict, "confirmation": r.confirm_verdict,
-            "regression": r.regression,
+            "regression": r.regression, "gated": r.gated, "direction": r.direction, "why": r.why or None,
+            "threshold_pct": r.threshold_pct, "detectable_pct": r.detectable_pct,
+            "spread_pct": None if r.band is None else r.band.spread_pct,
+            "band_machines": None if r.band is None else len(r.band.machines),
             "band_s": None if r.band is None else [r.band.low, r.band.high],
             "band_invocations": None if r.band is None else r.band.invocations,
             "baseline_s": None if r.band is None else r.band.center,

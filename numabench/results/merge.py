@@ -24,7 +24,15 @@ from typing import Sequence
 
 from numabench.errors import UsageError
 from numabench.machine.hwkey import run_hardware_key
-from numabench.results.invocations import pool
+from numabench.results.invocations import (
+    INVOCATION_MACHINES,
+    INVOCATION_SOURCES,
+    invocation_labels,
+    invocation_machines,
+    invocation_medians,
+    pool,
+    run_machine,
+)
 from numabench.results.seed_csv import load_run
 from numabench.results.storage import publish
 
@@ -55,10 +63,11 @@ def merge_loaded(runs: Sequence[tuple[str, dict]], *, allow_foreign: bool = Fals
         listing = ", ".join(f"{name}: {key}" for name, key in keys.items())
         raise UsageError(f"runs from different hardware ({listing}): a baseline holds one machine's numbers "
                          "(pass --allow-foreign to merge anyway)")
-    measured: dict[str, list[tuple[dict, str]]] = {}
+    measured: dict[str, list[tuple[dict, str, str | None]]] = {}
     sources = []
     for source, run in runs:
         label = f"{source} ({(run.get('machine_info') or {}).get('node', '?')}, {run.get('datetime', '?')})"
+        machine = run_machine(run)
         for b in run["benchmarks"]:
             name = b.get("fullname") or b.get("name")
             if not name:
@@ -66,17 +75,29 @@ def merge_loaded(runs: Sequence[tuple[str, dict]], *, allow_foreign: bool = Fals
             if require_data and not (b.get("stats") or {}).get("data"):
                 raise UsageError(f"run {source}: {name} has no per-round data (save runs with "
                                  "--benchmark-save-data; compare tests on it)")
-            measured.setdefault(name, []).append((b, label))
+            measured.setdefault(name, []).append((b, label, machine))
         sources.append({"file": source, "datetime": run.get("datetime"),
                         "commit": (run.get("commit_info") or {}).get("id"), "benchmarks": len(run["benchmarks"])})
     newest = runs[-1][1]
     out = {k: v for k, v in newest.items() if k != "benchmarks"}
-    merged = [_without_verdict(entries[-1][0] if replace or len(entries) == 1
-                               else pool([b for b, _ in entries], [s for _, s in entries]))
-              for entries in measured.values()]
+    merged = [_without_verdict(_joined(entries[-1:] if replace else entries)) for entries in measured.values()]
     out["benchmarks"] = sorted(merged, key=lambda b: b.get("fullname") or b.get("name"))
     out["numabench_merged_from"] = sources
     return MergeResult(out, sorted(n for n, entries in measured.items() if len(entries) > 1))
+
+
+def _joined(entries: list[tuple[dict, str, str | None]]) -> dict:
+    """One entry from the (entry, source label, machine) of each run that measured it: pooled where
+    several did; one run's entry as it is, labelled with its run and machine where it has medians
+    (the merged file's machine_info is the newest run's, so the entry must say its own)."""
+    if len(entries) > 1:
+        return pool([b for b, _, _ in entries], [s for _, s, _ in entries], [m for _, _, m in entries])
+    bench, source, machine = entries[0]
+    if not invocation_medians(bench):
+        return bench
+    return {**bench, "extra_info": {**(bench.get("extra_info") or {}),
+                                    INVOCATION_SOURCES: invocation_labels(bench, source),
+                                    INVOCATION_MACHINES: invocation_machines(bench, machine)}}
 
 
 def _without_verdict(entry: dict) -> dict:

@@ -1,0 +1,150 @@
+"""The rolling baseline of a hardware key: the last N passing runs, oldest out.
+
+A committed baseline holds the runs of the few machines that measured it; the runners of
+a CI fleet differ from each other by more than that (fresh VMs of one kind move host-side
+entries by 20-50%). After each passing gated run on main, the CI job folds that run into a
+*window*, a folder of the last ``keep`` runs of the key, and the next run is judged
+against the window's pooled bands: they learn how much runners of the kind really differ,
+as the PyTorch HUD and Conbench judge against a window of recent same-hardware runs.
+
+The folder holds its members as ``NNNN_<label>.json`` (numbered in arrival order; the
+committed baseline it was seeded with is the first member and leaves like any other once
+``keep`` newer runs have come) and ``baseline.json``, the members merged
+(numabench.results.merge: every entry's invocations pooled, each labelled with the run and
+the machine it came from), which ``--benchmark-compare=DIR/baseline.json`` judges
+against. A run with a confirmed regression, a run without per-round data and a run of
+another hardware key are refused: a window learns only what passed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from numabench.errors import UsageError
+from numabench.machine.hwkey import run_hardware_key
+from numabench.results.merge import merge_loaded
+from numabench.results.seed_csv import load_run
+from numabench.results.storage import exclusive_lock, publish
+
+BASELINE = "baseline.json"
+DEFAULT_KEEP = 10
+_MEMBER = re.compile(r"^(\d{4})_.+\.json$")
+
+
+@dataclass
+class WindowResult:
+    folder: Path
+    members: list[str]
+    dropped: list[str] = field(default_factory=list)
+    entries: int = 0
+
+    @property
+    def baseline(self) -> Path:
+        return self.folder / BASELINE
+
+
+def members(folder: Path) -> list[Path]:
+    """The window's runs, oldest first."""
+    return sorted((p for p in folder.glob("*.json") if _MEMBER.match(p.name)), key=lambda p: p.name)
+
+
+def regressions_of(run: dict[str, Any]) -> list[str]:
+    """Entries a gated run recorded as confirmed regressions (extra_info.gate)."""
+    out = []
+    for b in run.get("benchmarks", []):
+        gate = (b.get("extra_info") or {}).get("gate") or {}
+        if gate.get("verdict") == "slower" and gate.get("confirmation") in (None, "slower"):
+            out.append(b.get("name") or b.get("fullname"))
+    return out
+
+
+def _check_member(run: dict[str, Any], what: str, key: str | None) -> None:
+    if regressions_of(run):
+        raise UsageError(f"{what} has {len(regressions_of(run))} confirmed regression(s) "
+                         f"({', '.join(regressions_of(run)[:3])}): a window learns only runs that passed")
+    if key is not None and run_hardware_key(run) != key:
+        raise UsageError(f"{what} was measured on {run_hardware_key(run)!r}, the window holds {key!r}: "
+                         "a window holds one hardware key")
+    missing = [b.get("name") for b in run.get("benchmarks", []) if not (b.get("stats") or {}).get("data")]
+    if missing:
+        raise UsageError(f"{what}: {len(missing)} entries without per-round data ({missing[0]}, ...): "
+                         "run with --benchmark-save-data")
+
+
+def _label(path: Path) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", path.stem).strip("-")
+    return stem or "run"
+
+
+def learn(folder: str | Path, run_path: str | Path, *, keep: int = DEFAULT_KEEP,
+          seed: str | Path | None = None) -> WindowResult:
+    """Fold the run at ``run_path`` into the window at ``folder`` (created, and seeded where it is new
+    with the run file ``seed``, or with the newest run of the run's hardware key where ``seed`` is
+    a baselines folder), drop the oldest members beyond ``keep`` and rewrite the
+    window's baseline. The same run file learnt twice is one member."""
+    if keep < 1:
+        raise UsageError(f"--keep {keep}: allowed an integer >= 1")
+    folder = Path(folder)
+    run_path = Path(run_path)
+    run = load_run(run_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(folder):  # two jobs of one runner learning at once: one after the other
+        current = members(folder)
+        key = run_hardware_key(load_run(current[0])) if current else None
+        if not current and seed is not None:
+            seed = _seed_file(Path(seed), run)
+            seed_run = load_run(seed)
+            _check_member(seed_run, f"seed {seed}", None)
+            key = run_hardware_key(seed_run)
+            _add(folder, 1, _label(Path(seed)), seed_run)
+        _check_member(run, str(run_path), key if key is not None else run_hardware_key(run))
+        current = members(folder)
+        if any(json.loads(p.read_text()).get("datetime") == run.get("datetime") and
+               _label(run_path) in p.name for p in current):
+            added = None  # learnt before
+        else:
+            last = int(_MEMBER.match(current[-1].name).group(1)) if current else 0
+            added = _add(folder, last + 1, _label(run_path), run)
+        current = members(folder)
+        dropped = current[:-keep] if len(current) > keep else []
+        for p in dropped:
+            p.unlink()
+        kept = members(folder)
+        merged = merge_loaded([(p.name, load_run(p)) for p in kept]).run
+        merged["numabench_window"] = {"keep": keep, "members": [p.name for p in kept],
+                                      "learnt": added.name if added else None}
+        _replace(folder / BASELINE, merged)
+    return WindowResult(folder, [p.name for p in kept], [p.name for p in dropped], len(merged["benchmarks"]))
+
+
+def _seed_file(seed: Path, run: dict[str, Any]) -> Path:
+    """``seed`` itself, or where it is a baselines folder the newest run of ``run``'s hardware key in it."""
+    if not seed.is_dir():
+        return seed
+    from numabench.results.storage import check_baselines
+
+    key = run_hardware_key(run)
+    return check_baselines(seed / str(key), True, key)[0]
+
+
+def _without_gate(run: dict[str, Any]) -> dict[str, Any]:
+    """A member keeps measurements, not the verdicts of the run it was (they judged another baseline)."""
+    return {**run, "benchmarks": [{**b, "extra_info": {k: v for k, v in (b.get("extra_info") or {}).items()
+                                                        if k != "gate"}} for b in run["benchmarks"]]}
+
+
+def _add(folder: Path, number: int, label: str, run: dict[str, Any]) -> Path:
+    path = folder / f"{number:04d}_{label}.json"
+    if not publish(path, json.dumps(_without_gate(run), indent=1).encode()):
+        raise UsageError(f"{path} exists: the window folder is being written by another job")
+    return path
+
+
+def _replace(path: Path, run: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(run, indent=1))
+    os.replace(tmp, path)
