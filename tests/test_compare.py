@@ -198,7 +198,7 @@ def test_real_h100_baseline_against_itself_and_a_slower_copy(capsys):
     res = compare_runs(base, new)
     assert len(res.rows) == len(base["benchmarks"]) > 100
     assert {r.verdict for r in res.rows} == {SAME, INSUFFICIENT, INFORMATIONAL} and res.geomean_ratio == pytest.approx(1.0)
-    assert len(res.gated) > 100 and not res.regressions
+    assert len(res.gated) > 80 and not res.regressions
     for b in new["benchmarks"]:
         if b["extra_info"]["phase"] == "h2d" and b["extra_info"]["family"] == "adam_offload":
             b["stats"]["median"] *= 1.25
@@ -206,6 +206,6 @@ def test_real_h100_baseline_against_itself_and_a_slower_copy(capsys):
                 b["extra_info"][INVOCATION_MEDIANS] = [v * 1.25 for v in b["extra_info"][INVOCATION_MEDIANS]]
     res = compare_runs(base, new)
     gated_h2d = {r.name for r in res.gated if "adam_offload[h2d-" in r.name}
-    assert len(gated_h2d) >= 20 and {r.name for r in res.regressions} == gated_h2d
+    assert len(gated_h2d) >= 15 and {r.name for r in res.regressions} == gated_h2d
     assert main(["compare", str(H100), str(H200)]) == 2
     assert "different hardware" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from test_compare import KEY, bench, run, write
 from numabench.cli import main
 from numabench.errors import UsageError
 from numabench.results.band import GATED, INFORMATIONAL, INSUFFICIENT, Band, GateRule, spread_pct
-from numabench.results.compare import SAME, SLOWER, compare_runs, judge_entry
+from numabench.results.compare import SAME, SLOWER, compare_runs, confirm, judge_entry
 from numabench.results.formats import render_github, render_markdown, to_json
 from numabench.results.invocations import INVOCATION_MACHINES, INVOCATION_MEDIANS, INVOCATION_SOURCES
 from numabench.results.merge import merge_runs
@@ -49,7 +49,7 @@ def test_thin_wide_and_quiet_bands():
     wide = Band.of_entry(entry([1.00e-3, 1.04e-3, 0.97e-3, 1.02e-3]))
     assert RULE.threshold_of(wide) == pytest.approx(3 * wide.spread_pct) and RULE.threshold_of(wide) > 8
     status, why = RULE.status_of(Band.of_entry(entry([1.0e-3, 1.1e-3, 0.9e-3])), None)
-    assert status == INFORMATIONAL and "spread 10.0%" in why and "coarser than 15%" in why
+    assert status == INFORMATIONAL and "spread 10.0%" in why and "coarser than 10%" in why
     assert RULE.status_of(Band.of_entry(entry([1.0e-3, 1.01e-3])), None)[0] == INSUFFICIENT  # 2 invocations
     status, why = RULE.status_of(Band.of_entry(entry([1.0e-3, 1.01e-3, 1.0e-3], runs=1)), None)
     assert status == INSUFFICIENT and "1 run" in why  # one session: the drift between sessions is unknown
@@ -67,13 +67,29 @@ def test_one_machine_judges_only_itself():
 
 
 def test_a_change_inside_an_entrys_own_noise_is_not_flagged_and_a_real_one_is():
+    rule = GateRule(coarsest_pct=15.0)
     wide = entry([1.00e-3, 1.04e-3, 0.97e-3, 1.02e-3])  # spread 3%: threshold ~9% beyond 1.04
-    assert judge_entry("n", "f", wide, [1.10e-3], RULE).verdict == SAME  # +10% vs centre: inside its noise
-    row = judge_entry("n", "f", wide, [1.20e-3], RULE)
-    assert row.verdict == SLOWER and row.regression and row.threshold_pct == pytest.approx(RULE.threshold_of(
+    assert RULE.status_of(Band.of_entry(wide), None)[0] == INFORMATIONAL  # detects 14%: not by default
+    assert judge_entry("n", "f", wide, [1.10e-3], rule).verdict == SAME  # +10% vs centre: inside its noise
+    row = judge_entry("n", "f", wide, [1.20e-3], rule)
+    assert row.verdict == SLOWER and row.regression and row.threshold_pct == pytest.approx(rule.threshold_of(
         Band.of_entry(wide)))
     quiet = entry([1.00e-3, 1.005e-3, 0.998e-3])
     assert judge_entry("n", "f", quiet, [1.06e-3], RULE).verdict == SLOWER  # 6% beyond a quiet band
+
+
+def test_a_noisy_new_run_is_judged_with_its_own_noise():
+    """The same +8% new value: flagged when its rounds are tight, not when they scatter (a
+    neighbour on a shared runner) as much as its excess; the confirmation likewise."""
+    quiet = entry([1.00e-3, 1.005e-3, 0.998e-3])
+    tight = [1.08e-3 * (1 + 0.002 * (i % 5 - 2)) for i in range(10)]
+    scattered = [1.08e-3 * (1 + 0.15 * (i % 5 - 2)) for i in range(10)]
+    assert judge_entry("n", "f", quiet, [1.08e-3], RULE, new_rounds=tight).verdict == SLOWER
+    row = judge_entry("n", "f", quiet, [1.08e-3], RULE, new_rounds=scattered)
+    assert row.verdict == SAME and row.threshold_pct > 10
+    flagged = judge_entry("n", "f", quiet, [1.08e-3], RULE, new_rounds=tight)
+    assert not confirm(flagged, [1.08e-3], scattered).regression
+    assert confirm(judge_entry("n", "f", quiet, [1.08e-3], RULE), [1.08e-3], tight).regression
 
 
 def test_statuses_never_fail_a_run_and_every_output_says_so():

@@ -8,8 +8,9 @@ This CPU VM is noisy: sessions drift apart (touch 545 us in one session, 578 us 
 next), the first invocation of a session runs up to ~8% slower than the next ones, and
 xdist neighbours would add more. So these tests run alone (marker ``serial``, a second
 pytest run in .ci/test) and judge by the gate's own rule with its default threshold: each
-entry's threshold comes from the spread of its band, and an entry too noisy to detect 15%
-is informational (reported, never failing); the tests say which entries those were.
+entry's threshold comes from the spread of its band and the new value's own noise, and an
+entry too noisy to detect 15% (``--numa-gate-coarsest=15%``; the default is 10%) is
+informational (reported, never failing); the tests say which entries those were.
 """
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.serial
 FAMILIES = ["benchmarks/test_touch.py", "benchmarks/test_host_membw.py", "benchmarks/test_cpu_adam.py"]
-SELECT = ["--numa-policies=default", "--param-sizes=4M", "--numa-axis", "impl=ours"]
+# This VM's entries are noisier than a GPU machine's: gate those that detect 15% (the default, 10%,
+# would leave most of them informational).
+SELECT = ["--numa-policies=default", "--param-sizes=4M", "--numa-axis", "impl=ours", "--numa-gate-coarsest=15%"]
 ENTRIES = 5  # touch 1 + host_membw 3 kernels + cpu_adam 1 impl
 BASELINE_RUNS, BASELINE_INVOCATIONS = 3, 2
 
@@ -164,7 +167,9 @@ def test_baseline_from_another_python_version_is_found(saved, tmp_path):
     folder = tmp_path / "store" / "Linux-CPython-3.99-64bit"
     folder.mkdir(parents=True)
     shutil.copy(src, folder / src.name)
-    out = run_suite(tmp_path / "store", "--benchmark-compare", files=FAMILIES[:1])
+    # the lookup is under test, not the noise: a threshold no noise reaches
+    out = run_suite(tmp_path / "store", "--benchmark-compare", "--numa-gate-threshold=100%",
+                    "--numa-gate-coarsest=1000%", files=FAMILIES[:1])
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     assert "Linux-CPython-3.99-64bit/0004_base" in text and "numabench regression gate" in text
@@ -209,7 +214,9 @@ def test_ab_finds_an_injected_slowdown_and_passes_unchanged_code():
     args = ["--", "benchmarks/test_touch.py", "benchmarks/test_host_membw.py", "--numa-policies=default",
             "--param-sizes=4M"]
     cmd = [sys.executable, "-m", "numabench.cli", "ab", "HEAD", "HEAD", "--pairs", "4", "--threshold", "10%"]
-    slow = subprocess.run(cmd + ["--head-env", "NUMABENCH_INJECT_SLOWDOWN=1.3", *args], cwd=ROOT,
+    # 50%: on this VM a pair's ratio moves by up to ~15% (a 30% slowdown's interval reached down to
+    # 1.05 on host_membw in a noisy moment), so the injected change stands well clear of it
+    slow = subprocess.run(cmd + ["--head-env", "NUMABENCH_INJECT_SLOWDOWN=1.5", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert slow.returncode == 1, slow.stdout + slow.stderr
     # touch's first touch can move ~15% between invocations here: 3 of the 4 entries at least

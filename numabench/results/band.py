@@ -9,10 +9,14 @@ entry's own measured noise, and it sets the entry's threshold:
                less than the sampling error of one invocation's median of its rounds
                (1.2533 x sigma of the rounds / sqrt(rounds), sigma from their IQR), so a
                band whose few invocations agree by chance is not read as noiseless
-    threshold  max(the rule's threshold, NOISE_MULTIPLE x spread): how far beyond the
-               band's edge a new value must lie to be judged slower or faster
-    detectable how far above the band's centre a value must be to be judged slower: the
-               smallest slowdown this entry can detect
+    threshold  max(the rule's threshold, NOISE_MULTIPLE x the noise of the difference): how
+               far beyond the band's edge a new value must lie to be judged slower or faster.
+               The noise of the difference is sqrt(spread^2 + new^2), ``new`` the sampling
+               error of the new value itself (its invocations' spread over sqrt(their
+               number), at least its rounds' sampling error): a new run measured in a noisy
+               moment (a neighbour on a shared runner) is judged with the noise it carries
+    detectable how far above the band's centre a value of a quiet run (new = 0) must be to
+               be judged slower: the smallest slowdown this entry can detect
 
 and its status:
 
@@ -45,7 +49,7 @@ from numabench.results.invocations import invocation_labels, invocation_machines
 MIN_INVOCATIONS = 3
 MIN_RUNS = 2
 NOISE_MULTIPLE = 3.0
-DEFAULT_COARSEST_PCT = 15.0
+DEFAULT_COARSEST_PCT = 10.0
 GATED, INSUFFICIENT, INFORMATIONAL = "gated", "insufficient data", "informational"
 _IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations
 _MEDIAN_EFFICIENCY = 1.2533  # standard error of a median / that of a mean, normal samples
@@ -104,6 +108,14 @@ def spread_pct(medians: Sequence[float], rounds: Sequence[float] = ()) -> float:
     return max(between, floor)
 
 
+def new_noise(medians: Sequence[float], rounds: Sequence[float] = ()) -> float:
+    """The sampling error of a new value (the median of ``medians``), in %: their spread over the
+    square root of their number, the spread floored by the rounds' sampling error."""
+    if not medians:
+        return 0.0
+    return spread_pct(medians, rounds) / math.sqrt(len(medians))
+
+
 @dataclass(frozen=True)
 class GateRule:
     """The gate's settings: the global threshold, the coarsest change still gated, the invocations
@@ -123,9 +135,10 @@ class GateRule:
             if getattr(self, name) < 1:
                 raise ValueError(f"GateRule.{name} = {getattr(self, name)!r}: must be >= 1")
 
-    def threshold_of(self, band: Band) -> float:
-        """The entry's threshold beyond its band's edges, in %."""
-        return max(self.threshold_pct, self.noise_multiple * band.spread_pct)
+    def threshold_of(self, band: Band, new_noise_pct: float = 0.0) -> float:
+        """The entry's threshold beyond its band's edges, in %, for a new value whose own sampling
+        error is ``new_noise_pct`` (new_noise)."""
+        return max(self.threshold_pct, self.noise_multiple * math.hypot(band.spread_pct, new_noise_pct))
 
     def detectable_of(self, band: Band) -> float:
         """The smallest slowdown against the band's centre that is judged slower, in %."""

@@ -44,6 +44,7 @@ from numabench.results.band import (
     INSUFFICIENT,
     Band,
     GateRule,
+    new_noise,
 )
 from numabench.results.invocations import invocation_medians, run_machine
 from numabench.results.seed_csv import load_run
@@ -98,6 +99,7 @@ class Row:
     detectable_pct: float | None = None  # the smallest slowdown against the band's centre it detects
     direction: str | None = None  # not gated: where the value lies by the entry's threshold (slower, ...)
     why: str = ""  # not gated: why
+    rule: GateRule | None = None  # the rule it was judged by (its confirmation is judged by it too)
 
     @property
     def gated(self) -> bool:
@@ -142,10 +144,12 @@ class Row:
 
 
 def judge_entry(name: str, fullname: str, baseline: dict | None, new_medians: Sequence[float],
-                rule: GateRule, *, new_machine: str | None = None, baseline_machine: str | None = None) -> Row:
+                rule: GateRule, *, new_rounds: Sequence[float] = (), new_machine: str | None = None,
+                baseline_machine: str | None = None) -> Row:
     """A row for one entry: ``baseline`` is the baseline run's benchmark dict (None if absent),
     ``baseline_machine`` the machine of the run it was read from (for entries that do not list
-    their own), ``new_machine`` the machine of the new medians. No new medians, or a baseline
+    their own), ``new_machine`` the machine of the new medians, ``new_rounds`` their rounds (the
+    new value's own noise widens the threshold: band.GateRule). No new medians, or a baseline
     entry without one (an imported mean): ``no data``. A band too thin or too noisy to gate:
     its status (insufficient data, informational), with the direction it would point."""
     band = Band.of_entry(baseline, baseline_machine) if baseline is not None else None
@@ -153,23 +157,24 @@ def judge_entry(name: str, fullname: str, baseline: dict | None, new_medians: Se
         return Row(name, fullname, band, list(new_medians), NO_DATA)
     if band is None:
         return Row(name, fullname, None, list(new_medians), NO_BASELINE)
-    threshold = rule.threshold_of(band)
+    threshold = rule.threshold_of(band, new_noise(new_medians, new_rounds))
     verdict = judge(band, statistics.median(new_medians), threshold)
     status, why = rule.status_of(band, new_machine)
     row = Row(name, fullname, band, list(new_medians), verdict, threshold_pct=threshold,
-              detectable_pct=rule.detectable_of(band))
+              detectable_pct=rule.detectable_of(band), rule=rule)
     if status != GATED:
         row.verdict, row.direction, row.why = status, verdict, why
     return row
 
 
-def confirm(row: Row, confirm_medians: Sequence[float]) -> Row:
+def confirm(row: Row, confirm_medians: Sequence[float], confirm_rounds: Sequence[float] = ()) -> Row:
     """``row`` with the verdict of fresh invocations' medians (the confirmation) added, judged by
-    the entry's own threshold."""
-    if row.band is None or not confirm_medians or row.threshold_pct is None:
+    the row's rule with the confirmation's own noise."""
+    if row.band is None or not confirm_medians or row.rule is None:
         return row
     row.confirm_medians = list(confirm_medians)
-    row.confirm_verdict = judge(row.band, statistics.median(confirm_medians), row.threshold_pct)
+    threshold = row.rule.threshold_of(row.band, new_noise(confirm_medians, confirm_rounds))
+    row.confirm_verdict = judge(row.band, statistics.median(confirm_medians), threshold)
     return row
 
 
@@ -267,10 +272,13 @@ def compare_runs(baseline: str | Path | dict, new: str | Path | dict, *, thresho
         # A gated run's last invocations may be its confirmation: judged as the gate judged them.
         k = int(((nb.get("extra_info") or {}).get("gate") or {}).get(CONFIRM_INVOCATIONS) or 0)
         first, confirmation = (meds[:-k], meds[-k:]) if 0 < k < len(meds) else (meds, [])
+        # The rounds are pooled over every invocation, the confirmation's too: split in proportion.
+        data = list((nb.get("stats") or {}).get("data") or [])
+        cut = len(data) * len(first) // len(meds) if meds else 0
         row = judge_entry(nb.get("name", nb["fullname"]), nb["fullname"], olds.get(nb["fullname"]), first,
-                          rule, new_machine=machine_b, baseline_machine=machine_a)
+                          rule, new_rounds=data[:cut], new_machine=machine_b, baseline_machine=machine_a)
         if confirmation:
-            row = confirm(row, confirmation)
+            row = confirm(row, confirmation, data[cut:])
         res.rows.append(row)
     news = {x["fullname"] for x in b["benchmarks"]}
     res.only_baseline = [f for f in olds if f not in news]
