@@ -6,6 +6,8 @@ this module crosses the axes into cases and names them.
 """
 from __future__ import annotations
 
+import math
+
 import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
@@ -30,6 +32,9 @@ def format_size(numel: int) -> str:
     return str(numel)
 
 
+MAX_NUMEL = 10**13  # 40 TB of fp32 in one tensor: a typo (1e99), not a case
+
+
 def parse_sizes(text: str) -> list[int]:
     """'1835008,12.8M,1G' -> element counts; suffixes K/M/G are decimal."""
     out = []
@@ -43,8 +48,11 @@ def parse_sizes(text: str) -> list[int]:
         except ValueError:
             raise UsageError(f"bad size {part!r} in {text!r}: allowed are positive element counts, "
                              "optionally with K/M/G (decimal)") from None
-        if value < 1 or value != int(value):
+        if not math.isfinite(value) or value < 1 or value != int(value):
             raise UsageError(f"bad size {part!r} in {text!r}: must be a positive whole number of elements")
+        if value > MAX_NUMEL:
+            raise UsageError(f"bad size {part!r} in {text!r}: more than 1e13 elements (40 TB of fp32 per "
+                             "tensor) is beyond any machine")
         out.append(int(value))
     return out
 

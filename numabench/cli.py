@@ -73,14 +73,13 @@ def cmd_import_csv(ns: argparse.Namespace) -> int:
 
     run = import_csv(ns.csv_file, gpus=ns.gpu, dtype=ns.dtype, impl=ns.impl, schedule=ns.schedule, alloc=ns.alloc,
                      cpu_model=ns.cpu, numa_nodes=ns.numa_nodes, hardware_key=ns.hardware_key)
+    from numabench.results.merge import write_run
+
     out = ns.out
     try:
-        with open(out, "w") as f:
-            json.dump(run, f, indent=2)
-            f.write("\n")
+        write_run(run, out)  # never overwrites, as merge
     except OSError as e:
-        print(f"numabench: cannot write {out}: {e.strerror}", file=sys.stderr)
-        return 2
+        raise UsageError(f"cannot write {out}: {e.strerror}") from None
     for warning in run["machine_info"]["numabench"].get("import_warnings", []):
         print(f"numabench: warning: {warning}", file=sys.stderr)
     rows = len({b["extra_info"]["csv_line"] for b in run["benchmarks"]})
@@ -93,6 +92,8 @@ def cmd_report(ns: argparse.Namespace) -> int:
     from numabench.results.report import build_report
     from numabench.results.tables import parse_where
 
+    if ns.out is not None and Path(ns.out).exists() and not Path(ns.out).is_dir():
+        raise UsageError(f"--out {ns.out} is a file: allowed a directory (new or existing) for report.md and the PNGs")
     rep = build_report(ns.run_json, ns.out, family=ns.family, where=parse_where(ns.where), plots=not ns.no_plots)
     sys.stdout.write(rep.markdown if ns.markdown else rep.text)
     if rep.markdown_path:

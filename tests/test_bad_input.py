@@ -221,3 +221,76 @@ def test_pytest_help_lists_every_numabench_option():
     options.pytest_addoption(Recorder())
     assert Recorder.names and all(name in proc.stdout for name in Recorder.names)
     assert "(default 3%)" in proc.stdout
+
+
+# -- the numabench command: files that are not what they should be ------------------------------
+
+def _cli(args: list[str], capsys) -> tuple[int, str]:
+    from numabench.cli import main
+
+    rc = main(args)
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["compare", "{d}", "{d}"], ["report", "{d}"], ["advise", "{d}"], ["csv", "{d}"],
+                                     ["learn", "{d}", "--window", "{w}"]], ids=lambda c: c[0])
+def test_a_directory_for_a_run_file_is_one_line(command, tmp_path, capsys):
+    args = [a.format(d=tmp_path, w=tmp_path / "w") for a in command]
+    rc, err = _cli(args, capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"run file {tmp_path} is a directory: allowed a pytest-benchmark run file" in err
+
+
+def test_a_directory_for_import_csv_is_one_line(tmp_path, capsys):
+    rc, err = _cli(["import-csv", str(tmp_path), "--out", str(tmp_path / "o.json"), "--gpu", "X"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and f"CSV file {tmp_path} is a directory" in err, err
+
+
+def test_non_utf8_run_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "run.json"
+    bad.write_bytes(b'{"benchmarks": ["\xff\xfe"]}')
+    for args in (["compare", str(bad), str(bad)], ["csv", str(bad)]):
+        rc, err = _cli(args, capsys)
+        assert rc == 2 and err.count("\n") == 1 and "is not UTF-8 text (byte 0xff at offset 17)" in err, err
+
+
+def test_report_out_an_existing_file_is_one_line(tmp_path, capsys):
+    run = ROOT / "tests" / "data" / "seed"
+    src = next(run.glob("*.json"), None) if run.is_dir() else None
+    runs = sorted((ROOT / "baselines").rglob("0*.json"))
+    target = tmp_path / "report.md"
+    target.write_text("keep me")
+    rc, err = _cli(["report", str(src or runs[0]), "--out", str(target)], capsys)
+    assert rc == 2 and err.count("\n") == 1 and f"--out {target} is a file: allowed a directory" in err, err
+    assert target.read_text() == "keep me"
+
+
+def test_import_csv_never_overwrites(tmp_path, capsys):
+    csv_file = tmp_path / "seed.csv"
+    csv_file.write_text("ngpus,numa_nodes,update_element,avg_h2d_latency(ms),avg_compute_latency(ms),"
+                        "avg_d2h_latency(ms)\n1,0,1835008,0.56,0.02,0.40\n")
+    out = tmp_path / "seed.json"
+    out.write_text("earlier")
+    rc, err = _cli(["import-csv", str(csv_file), "--out", str(out), "--gpu", "NVIDIA H100 80GB HBM3"], capsys)
+    assert rc == 2 and "exists: choose a new name" in err and out.read_text() == "earlier", err
+    out.unlink()
+    rc, _ = _cli(["import-csv", str(csv_file), "--out", str(out), "--gpu", "NVIDIA H100 80GB HBM3"], capsys)
+    assert rc == 0 and json.loads(out.read_text())["benchmarks"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("interleave:0,0", "node 0 named twice in '0,0': allowed each once"),
+    ("bind:1,0-2", "node 1 named twice in '1,0-2'"),
+])
+def test_a_node_named_twice_is_an_error(text, message):
+    with pytest.raises(UsageError, match=message):
+        Policy.parse(text)
+
+
+@pytest.mark.parametrize("text", ["1e99", "inf", "nan", "2e13"])
+def test_absurd_sizes_are_refused_in_a_short_line(text):
+    from numabench.cases import parse_sizes
+
+    with pytest.raises(UsageError) as e:
+        parse_sizes(text)
+    assert len(str(e.value)) < 140 and "9999" not in str(e.value)

@@ -15,7 +15,7 @@ from numabench.results.csv_import import import_csv, policy_from_seed
 from numabench.results.seed_csv import PLAIN, WEIGHTED, run_json_to_csv
 
 ROOT = Path(__file__).resolve().parents[1]
-H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0004_h100-all.json"
+H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0005_h100-all.json"
 
 PLAIN_CSV = """ngpus,numa_nodes,update_element,avg_h2d_latency(ms),avg_compute_latency(ms),avg_d2h_latency(ms)
 1,0,1835008,0.588893,0.021066,0.417720

@@ -15,7 +15,7 @@ from numabench.results.report import build_report
 from numabench.results.tables import entries, format_ms, grouped_tables, parse_where
 
 ROOT = Path(__file__).resolve().parents[1]
-H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0004_h100-all.json"
+H100 = ROOT / "baselines/H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13/Linux-CPython-3.12-64bit/0005_h100-all.json"
 PNG = b"\x89PNG\r\n\x1a\n"
 BYTES = {"h2d": 4, "compute": 7, "d2h": 3, "step": 7}
 

@@ -6,8 +6,9 @@ from typing import Iterable
 from numabench.errors import UsageError
 
 
-def parse_list(text: str, what: str = "list") -> tuple[int, ...]:
-    """Parse a kernel-style list such as ``0-3,8``; '' gives ()."""
+def parse_list(text: str, what: str = "list", *, unique: bool = False) -> tuple[int, ...]:
+    """Parse a kernel-style list such as ``0-3,8``; '' gives (). ``unique``: a number named twice
+    is an error (a user's list, where ``0,0`` is a typo, not the kernel's)."""
     text = text.strip()
     if not text:
         return ()
@@ -29,6 +30,9 @@ def parse_list(text: str, what: str = "list") -> tuple[int, ...]:
             ) from None
         if out and out[-1] < 0:
             raise UsageError(f"bad {what} entry {part!r} in {text!r}: numbers must be >= 0")
+    if unique and len(set(out)) != len(out):
+        repeated = sorted({n for n in out if out.count(n) > 1})
+        raise UsageError(f"{what} {', '.join(map(str, repeated))} named twice in {text!r}: allowed each once")
     return tuple(sorted(set(out)))
 
 

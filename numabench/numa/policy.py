@@ -65,7 +65,7 @@ class Policy:
         if kind == "interleave" and arg.strip() == "all":
             return cls(kind, all_nodes=True)
         try:
-            nodes = parse_list(arg, "node")
+            nodes = parse_list(arg, "node", unique=True)
         except UsageError as e:
             raise PolicyError(f"policy {raw!r}: {e}") from None
         if not nodes:

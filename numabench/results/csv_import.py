@@ -90,6 +90,10 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"CSV file {path} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"CSV file {path} is a directory: allowed the seed benchmark's CSV file") from None
+    except OSError as e:
+        raise UsageError(f"CSV file {path} cannot be read: {e.strerror}") from None
     except UnicodeDecodeError as e:
         line = path.read_bytes()[:e.start].count(b"\n") + 1
         raise UsageError(f"CSV file {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at line {line}): "

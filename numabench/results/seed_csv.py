@@ -25,9 +25,17 @@ WEIGHTED = PLAIN[:2] + ["numa_weight"] + PLAIN[2:]
 
 def load_run(path: str | Path) -> dict:
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"run file {path} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"run file {path} is a directory: allowed a pytest-benchmark run file "
+                         "(baselines/<key>/<platform>/NNNN_name.json or a --benchmark-json file)") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"run file {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                         f"{e.start}): allowed a pytest-benchmark JSON") from None
+    except OSError as e:
+        raise UsageError(f"run file {path} cannot be read: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise UsageError(f"run file {path} is not valid JSON ({e}): corrupt or truncated") \
             from None
