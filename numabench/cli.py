@@ -359,15 +359,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--head-env", action="append", metavar="NAME=VALUE", help="environment for head runs")
     p.set_defaults(func=cmd_ab, pytest_args=None)
     p = sub.add_parser("plan", help="the time plan of a benchmark run without running it: entries, worker runs, "
-                                    "estimated minutes per family", usage="numabench plan [PYTEST_ARGS...]")
+                                    "estimated minutes per family", usage="numabench plan [PYTEST_ARGS...]",
+                       description="The time plan of `pytest benchmarks PYTEST_ARGS` (default: benchmarks, the ci "
+                                   "tier) from this hardware key's baseline, without running anything; e.g. "
+                                   "numabench plan benchmarks --numa-tier=full. PYTEST_ARGS are any of pytest's and "
+                                   "numabench's options (pytest benchmarks --help lists them).")
     p.set_defaults(func=cmd_plan, pytest_args=None)
     argv = list(sys.argv[1:] if argv is None else argv)
     pytest_args = None
     if argv and argv[0] == "ab" and "--" in argv:  # what follows -- selects the benchmarks
         cut = argv.index("--")
         argv, pytest_args = argv[:cut], argv[cut + 1:]
-    elif argv and argv[0] == "plan":  # everything after plan goes to pytest
-        argv, pytest_args = argv[:1], argv[1:]
+    elif argv and argv[0] == "plan" and not {"-h", "--help"} & set(argv[1:2]):
+        argv, pytest_args = argv[:1], argv[1:]  # everything after plan goes to pytest
     ns = parser.parse_args(argv)
     if pytest_args is not None:
         ns.pytest_args = pytest_args

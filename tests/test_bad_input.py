@@ -294,3 +294,13 @@ def test_absurd_sizes_are_refused_in_a_short_line(text):
     with pytest.raises(UsageError) as e:
         parse_sizes(text)
     assert len(str(e.value)) < 140 and "9999" not in str(e.value)
+
+
+def test_plan_help_is_its_own_help(capsys):
+    from numabench.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith("usage: numabench plan [PYTEST_ARGS...]")
+    assert "pytest benchmarks --help lists them" in out
