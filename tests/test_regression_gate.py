@@ -209,11 +209,17 @@ def test_a_band_of_one_run_is_insufficient_data_and_never_fails(saved, tmp_path)
     assert "WARNING: 1 entries have insufficient data" in text and "refresh-baseline" in text
 
 
+def worktrees() -> set[str]:
+    out = subprocess.run(["git", "-C", str(ROOT), "worktree", "list", "--porcelain"], capture_output=True, text=True)
+    return {ln for ln in out.stdout.splitlines() if ln.startswith("worktree ")}
+
+
 @pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs a git checkout")
 def test_ab_finds_an_injected_slowdown_and_passes_unchanged_code():
     args = ["--", "benchmarks/test_touch.py", "benchmarks/test_host_membw.py", "--numa-policies=default",
             "--param-sizes=4M"]
     cmd = [sys.executable, "-m", "numabench.cli", "ab", "HEAD", "HEAD", "--pairs", "4", "--threshold", "10%"]
+    before = worktrees()  # another run's leftovers (a killed ab) are not this test's
     # 50%: on this VM a pair's ratio moves by up to ~15% (a 30% slowdown's interval reached down to
     # 1.05 on host_membw in a noisy moment), so the injected change stands well clear of it
     slow = subprocess.run(cmd + ["--head-env", "NUMABENCH_INJECT_SLOWDOWN=1.5", *args], cwd=ROOT,
@@ -225,5 +231,4 @@ def test_ab_finds_an_injected_slowdown_and_passes_unchanged_code():
     same = subprocess.run(cmd + args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert same.returncode == 0, same.stdout + same.stderr
     assert "0 slower" in same.stdout and "REGRESSION" not in same.stdout
-    worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True)
-    assert "numabench-ab-" not in worktrees.stdout  # both checkouts removed
+    assert worktrees() == before  # both checkouts of each ab removed

@@ -148,3 +148,28 @@ def test_real_h100_baseline_report(tmp_path):
     rep = build_report(H100, tmp_path / "h100", family="adam_offload", where={"dtype": "fp32", "impl": "ours", "schedule": "serial"})
     assert [p.name for p in rep.images] == ["adam_offload_latency.png", "adam_offload_bandwidth.png"]
     assert all(p.read_bytes()[:8] == PNG for p in rep.images)
+
+
+def test_a_family_axis_keeps_its_rows_and_can_be_selected(tmp_path):
+    """dataloader's binding axis: bound and unbound are two rows, and --where binding=... selects."""
+    from numabench.results.tables import parse_where
+
+    out = []
+    for binding, ms in (("bound", 29.83), ("unbound", 32.30)):
+        b = bench("step", 32, "default", ms)
+        param = f"batch-np1-32-default-fp32-{binding}"
+        b.update(name=f"test_dataloader[{param}]", fullname=f"benchmarks/test_dataloader.py::test_dataloader[{param}]",
+                 group="dataloader:batch np1 32 fp32", param=param)
+        x = b["extra_info"]
+        for k in ("impl", "schedule", "GBps"):
+            x.pop(k)
+        x.update(family="dataloader", phase="batch", binding=binding)
+        out.append(b)
+    run = {**synthetic_run(), "benchmarks": out}
+    path = write(tmp_path, run)
+    text = build_report([str(path)], None).text
+    header = next(ln for ln in text.splitlines() if ln.startswith("size"))
+    assert header.split() == ["size", "bound", "unbound"], text  # one column each, not one row for both
+    assert parse_where(["binding=bound"]) == {"binding": "bound"}
+    only = build_report([str(path)], None, where={"binding": "bound"}).text
+    assert "unbound" not in only and "30.0" in only, only

@@ -66,12 +66,12 @@ class Entry:
 
 
 @functools.lru_cache(maxsize=None)
-def family_extra_axes(family: str) -> tuple[str, ...]:
-    """The family's extra axes (impl, method, memory, ...), in the order it declares them."""
+def family_extra_axes(key: str) -> tuple[str, ...]:
+    """The family's extra axes (impl, method, binding, ...), in the order it declares them."""
     from numabench.families import family
 
     try:
-        return tuple(family(family).extra_axes)
+        return tuple(family(key).extra_axes)
     except (KeyError, ImportError):
         return FALLBACK_EXTRA_AXES
 
