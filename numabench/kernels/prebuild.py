@@ -3,9 +3,16 @@ benchmark workers find them in the cache instead of racing to build them.
 
 The kernels compile in parallel, one child process each (each a ninja build of
 one or two translation units): on a fresh machine that is the difference
-between ~90 s and ~35 s of set-up."""
+between ~90 s and ~35 s of set-up.
+
+Each builder leads its own process group (ninja and the compilers it starts are in
+it) and is killed with the whole group: on a time-out, when the caller is
+interrupted or fails, and when the caller dies (the kernel sends the builder SIGTERM,
+PR_SET_PDEATHSIG, and the builder kills its group). A killed build leaves no ninja,
+c++ or cc1plus behind to keep writing into the build folder and race the next build."""
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -36,6 +43,26 @@ def cuda_buildable() -> bool:
 
 
 KERNELS = tuple(_BUILDERS)
+PR_SET_PDEATHSIG = 1
+# The builder's first statement: SIGTERM (its parent died, or it is told to stop) kills its group.
+_KILL_GROUP_ON_TERM = ("import os, signal; "
+                       "signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL)); ")
+
+
+def _builder_session() -> None:
+    """In the builder child before exec: its own session and process group, and SIGTERM when
+    its parent dies."""
+    os.setsid()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
@@ -51,16 +78,31 @@ def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
     else:
         names = ["stream", "cpu_adam"] + (["cuda_adam"] if cuda_buildable() else [])
     started = {}
-    for name in names:
-        started[name] = (time.perf_counter(), subprocess.Popen(
-            [sys.executable, "-c", _BUILDERS[name]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, BUILDER_ENV: "1"}))
+    try:
+        for name in names:
+            started[name] = (time.perf_counter(), subprocess.Popen(
+                [sys.executable, "-c", _KILL_GROUP_ON_TERM + _BUILDERS[name]], stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, env={**os.environ, BUILDER_ENV: "1"},
+                preexec_fn=_builder_session))
+        yield from _finish(names, started)
+    finally:  # interrupted, failed or abandoned: no build outlives the caller's interest in it
+        for _, proc in started.values():
+            if proc.poll() is None:
+                _kill_group(proc)
+                proc.wait()
+            else:
+                _kill_group(proc)  # a finished builder's stragglers, if it left any
+    if only is None and "cuda_adam" not in names:
+        yield "cuda_adam", "skipped: no CUDA GPU or no CUDA toolkit here"
+
+
+def _finish(names: Sequence[str], started: dict) -> Iterator[tuple[str, str]]:
     for name in names:
         t0, proc = started[name]
         try:
             out, _ = proc.communicate(timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            _kill_group(proc)
             out, _ = proc.communicate()
             tail = " | ".join(out.strip().splitlines()[-3:])
             yield name, f"FAILED (still running after {BUILD_TIMEOUT_S:g} s, killed)" + (f": {tail}" if tail else "")
@@ -79,8 +121,6 @@ def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
                 errors.append(lines[-1].strip())
             detail = errors[-1] if errors else " | ".join(lines[-6:])
             yield name, f"FAILED ({how}): {detail}"
-    if only is None and "cuda_adam" not in names:
-        yield "cuda_adam", "skipped: no CUDA GPU or no CUDA toolkit here"
 
 
 _ready: set[str] = set()
