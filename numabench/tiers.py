@@ -9,8 +9,9 @@
   GPUs, and one policy of each
   kind the machine can apply: ``default`` and, where there are two memory nodes or more
   (with one, every policy places what ``default`` places), ``bind`` to each memory node,
-  ``interleave:all`` and a DRAM-heavy ``weighted`` 3:1 (near CPU node : far or CPU-less
-  node); at most ``CI_MAX_ROUNDS`` rounds (the gate judges invocations, not rounds);
+  ``interleave:all``, and a DRAM-heavy ``weighted`` 3:1 (near CPU node : far or CPU-less
+  node; on every machine: where it cannot run, it is collected and skipped with the
+  reason, so ``-k weighted`` says why); at most ``CI_MAX_ROUNDS`` rounds (the gate judges invocations, not rounds);
 - ``full``: the whole matrix (every default policy template, shown as skipped where
   the machine lacks what it needs).
 
@@ -56,17 +57,20 @@ def check_tier(tier: str) -> str:
 def ci_policies(topology: "Topology", caps: "Capabilities") -> list[Policy]:
     """One policy of each kind this machine can apply (see the module docstring). With one
     memory node every policy places every page on it, as ``default`` does: ci runs ``default``
-    only there (``bind:0`` is in the full tier)."""
+    only there (``bind:0`` is in the full tier), and collects the weighted case to skip it."""
     mem = list(topology.memory_node_ids) or [0]
     texts = ["default"]
+    near = (list(topology.cpu_node_ids) or mem)[0]
     if len(mem) >= 2:
         texts += [f"bind:{n}" for n in mem]
-        near = (list(topology.cpu_node_ids) or mem)[0]
         far = next(iter(topology.cpuless_node_ids), None)
         far = far if far is not None else next(n for n in mem if n != near)
         texts.append("interleave:all")
-        if caps.weighted_skip_reason() is None:
-            texts.append(f"weighted:{near}=3,{far}=1")
+    else:
+        far = max(mem) + 1  # no such node here: the case is collected and skipped, saying why
+    # Always in the tier: where the machine, kernel or numactl cannot weigh nodes the case skips
+    # with the reason, so `-k weighted` shows why rather than selecting nothing.
+    texts.append(f"weighted:{near}=3,{far}=1")
     return [Policy.parse(t) for t in texts]
 
 

@@ -9,6 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+
 from helpers import fake_caps
 
 from numabench.families import FAMILIES, family
@@ -38,13 +39,14 @@ def test_smoke_is_inside_ci_inside_full_and_smoke_is_each_family_once(tree):
 
 
 @pytest.mark.parametrize("tree, caps_kw, want", [
-    ("vm-1node", {}, ["default"]),  # one memory node: bind:0 places what default places
+    # one memory node: bind:0 places what default places; the weighted case is there to skip, saying why
+    ("vm-1node", {}, ["default", "weighted:0=3,1=1"]),
     ("dgx-2socket-8gpu", {}, ["default", "bind:0", "bind:1", "interleave:all", "weighted:0=3,1=1"]),
     # the DRAM-heavy side is the CPU node, the light side the CPU-less (CXL-like) node
     ("cxl-3node", {}, ["default", "bind:0", "bind:1", "bind:3", "interleave:all", "weighted:0=3,3=1"]),
-    # no weighted interleave in this kernel: no weighted policy in ci (full shows it skipped)
+    # no weighted interleave in this kernel: the weighted case is collected, and skips saying so
     ("dgx-2socket-8gpu", {"weighted_interleave_kernel": False, "weighted_interleave_errno": 22},
-     ["default", "bind:0", "bind:1", "interleave:all"]),
+     ["default", "bind:0", "bind:1", "interleave:all", "weighted:0=3,1=1"]),
 ])
 def test_ci_takes_one_policy_of_each_kind_the_machine_can_apply(tree, caps_kw, want):
     assert [p.id for p in ci_policies(topo(tree), fake_caps(**caps_kw))] == want
@@ -60,6 +62,19 @@ def test_ci_narrows_where_a_family_says_so():
     ts = selection("ci", family("train_step"), t, caps)
     assert ts.axis_values["mode"] == ("ddp", "fsdp-offload") and ts.dtypes == ("bf16",)
     assert selection("ci", family("train_step"), topo("vm-1node"), caps).dtypes is None  # no GPU: fp32 runs
+
+
+def test_k_weighted_shows_every_weighted_case_skipped_with_its_reason():
+    """`pytest benchmarks -k weighted`, the design's own filter, on a one-node machine: exit 0, each
+    weighted case of the tier SKIPPED with why (not "nothing selected", exit 5)."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "-k", "weighted", "-q", "-rs",
+                          "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    skips = [ln for ln in out.stdout.splitlines() if ln.startswith("SKIPPED")]
+    assert "skipped" in out.stdout.splitlines()[-1], out.stdout[-3000:]
+    if len(discover("/").memory_node_ids) < 2:  # this CI machine: the reason is the missing node
+        assert any("test_touch.py: policy weighted:0=3,1=1 needs NUMA node(s) 1 with memory" in ln for ln in skips), \
+            out.stdout[-3000:]
 
 
 def collect(*args: str) -> tuple[list[str], str]:
