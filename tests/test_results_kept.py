@@ -95,3 +95,28 @@ def test_json_target_publishes_nothing_when_the_write_fails(tmp_path):
         fh.write(b"new")
     assert path.read_bytes() == b"new"
     assert [f.name for f in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_a_run_that_measured_nothing_says_so_and_fails_unless_allowed(tmp_path):
+    """Every case skipped (a node this machine lacks): one line saying so, exit 3, and the empty
+    results replace the previous ones (they must not look current); nothing selected: exit 5,
+    the previous results kept; NUMABENCH_ALLOW_EMPTY=1 accepts both."""
+    last = tmp_path / "last-run.json"
+    last.write_text('{"previous": true}')
+    p = bench(tmp_path, "--numa-policies=bind:99")
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 3, out
+    assert "[bench] nothing was measured: every selected case skipped" in out
+    assert json.loads(last.read_text())["benchmarks"] == [] and "(0 entries)" in out
+    last.write_text('{"previous": true}')
+    p = bench(tmp_path, "-k", "no_such_benchmark")
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 5 and "[bench] nothing was selected by the arguments" in out, out
+    assert json.loads(last.read_text()) == {"previous": True}
+    os.environ["NUMABENCH_ALLOW_EMPTY"] = "1"
+    try:
+        p = bench(tmp_path, "--numa-policies=bind:99")
+        out, _ = p.communicate(timeout=300)
+    finally:
+        os.environ.pop("NUMABENCH_ALLOW_EMPTY")
+    assert p.returncode == 0, out
