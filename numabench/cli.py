@@ -151,7 +151,9 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         key = run_hardware_key(load_run(new))
         if not key:
             raise UsageError(f"{new} records no hardware key: name the baseline (numabench compare BASELINE NEW)")
-        old = str(check_baselines(Path(ns.storage) / key, True, key)[0])
+        hint = ("save one on a machine of that key with `pytest benchmarks --benchmark-save=NAME "
+                "--benchmark-save-data --numa-repeats=3`, or name it: numabench compare BASELINE NEW")
+        old = str(check_baselines(Path(ns.storage) / key, True, key, what="compare", hint=hint)[0])
     res = compare_runs(old, new, threshold=ns.threshold, coarsest=ns.coarsest, allow_foreign=ns.allow_foreign)
     show = "changed" if ns.changed_only or (ns.format == "markdown" and not ns.all) else "all"
     sys.stdout.write(render_as(res, ns.format, show=show))

@@ -85,6 +85,7 @@ def test_cli_formats_and_new_alone(tmp_path, capsys):
     assert main(["compare", new_path, "--storage", str(other)]) == 2
     err = capsys.readouterr().err
     assert f"no baseline for this machine's hardware key {KEY!r}" in err and Path(other).name in err
+    assert err.startswith("numabench: compare: no baseline") and "numabench compare BASELINE NEW" in err
 
 
 def test_a_gated_runs_threshold_is_the_offline_default():

@@ -115,10 +115,15 @@ def keys_with_baselines(root: Path) -> list[str]:
     return sorted(d.name for d in root.iterdir() if d.is_dir() and any(d.glob("*/[0-9][0-9][0-9][0-9]_*.json")))
 
 
-def check_baselines(storage_path: str | Path, compare: Any, hardware_key: str | None = None) -> list[Path]:
+SAVE_HINT = "save one here with --benchmark-save=NAME --benchmark-save-data --numa-repeats=3"
+
+
+def check_baselines(storage_path: str | Path, compare: Any, hardware_key: str | None = None, *,
+                    what: str = "--benchmark-compare", hint: str = SAVE_HINT) -> list[Path]:
     """The files ``--benchmark-compare=compare`` would load from the file storage at
     ``storage_path``, each checked; raises UsageError when there is none (naming this hardware
-    key and the keys that have baselines) or one is broken. Creates no folder."""
+    key and the keys that have baselines; ``what`` asked, ``hint`` says how to get one) or one
+    is broken. Creates no folder."""
     path = Path(storage_path).resolve()
     files: list[Path] = []
     if path.is_dir():
@@ -128,14 +133,13 @@ def check_baselines(storage_path: str | Path, compare: Any, hardware_key: str | 
         else:
             files = storage.query(*(compare if isinstance(compare, (list, tuple)) else [compare]))
     if not files:
-        what = "" if compare is True else f" matching {compare!r}"
+        matching = "" if compare is True else f" matching {compare!r}"
         if hardware_key and path.name == hardware_key:
             keys = keys_with_baselines(path.parent)
-            raise UsageError(f"--benchmark-compare: no baseline{what} for this machine's hardware key "
+            raise UsageError(f"{what}: no baseline{matching} for this machine's hardware key "
                              f"{hardware_key!r} in {path.parent}; keys with baselines: "
-                             f"{', '.join(keys) or 'none'} (save one here with --benchmark-save=NAME "
-                             "--benchmark-save-data --numa-repeats=3)")
-        raise UsageError(f"--benchmark-compare: no baseline run{what} in {path}")
+                             f"{', '.join(keys) or 'none'} ({hint})")
+        raise UsageError(f"{what}: no baseline run{matching} in {path}")
     for f in files:
-        check_run_file(f, "--benchmark-compare")
+        check_run_file(f, what)
     return files
