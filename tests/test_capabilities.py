@@ -182,3 +182,23 @@ def test_live_probe_agrees_with_sysfs():
         assert c.weighted_launcher is None
     if c.weighted_interleave_kernel:
         assert c.preferred_many_kernel  # 5.15 < 6.9
+
+
+def test_topo_says_when_auto_mode_makes_weighted_cases_skip(tmp_path):
+    from helpers import fake_caps
+
+    from numabench.machine.describe import render_topology
+    from numabench.machine.topology import discover
+    from numabench.numa.weights import auto_mode_reason
+
+    auto = tmp_path / "weighted_interleave"
+    auto.mkdir()
+    (auto / "node0").write_text("1\n")
+    (auto / "auto").write_text("true\n")
+    reason = auto_mode_reason(auto)
+    assert reason and "auto mode off" in reason
+    on = render_topology(discover("/"), fake_caps(weights_auto_on=reason))
+    assert "the kernel's auto mode is on, so weighted cases skip" in on and "--numa-allow-weight-writes" in on
+    (auto / "auto").write_text("false\n")
+    assert auto_mode_reason(auto) is None
+    assert "auto mode" not in render_topology(discover("/"), fake_caps(weights_auto_on=None))

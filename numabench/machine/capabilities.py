@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from numabench.numa.weights import WEIGHTS_DIR, auto_mode_file
+from numabench.numa.weights import WEIGHTS_DIR, auto_mode_file, auto_mode_reason
 
 WEIGHTED_KERNEL = (6, 9)
 
@@ -33,6 +33,8 @@ class Capabilities:
     numactl_version: str | None  # "2.0.18", or None (absent or older than 2.0.17)
     numactl_weighted: bool  # accepts --weighted-interleave
     numactl_preferred_many: bool
+    # auto mode is on: why writing a weight would change the machine for good (None: it would not)
+    weights_auto_on: str | None = None
 
     @property
     def weighted_launcher(self) -> str | None:
@@ -113,6 +115,7 @@ def probe(weights_dir: Path = WEIGHTS_DIR, numactl: str | None = None, kernel_re
         weights_dir=weights_dir.is_dir(),
         weights_writable=bool(node_files) and all(os.access(f, os.W_OK) for f in node_files),
         weights_auto_mode=auto_mode_file(weights_dir) is not None,
+        weights_auto_on=auto_mode_reason(weights_dir),
         numactl_path=path,
         numactl_version=version,
         numactl_weighted=bool(weighted),

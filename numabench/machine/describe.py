@@ -49,6 +49,10 @@ def render_topology(topo: Topology, caps: Capabilities) -> str:
     else:
         via = "numactl" if how == "numactl" else "built-in launcher (set_mempolicy)"
         extra = "" if caps.weights_writable else "; weights not writable (needs root)"
+        auto = caps.weights_auto_on
+        if auto:  # why weighted cases skip here although the kernel can weigh nodes
+            extra += (f"; the kernel's auto mode is on, so weighted cases skip: running one {auto.split(': ')[0]} "
+                      "(--numa-allow-weight-writes allows it)")
         lines.append(f"weighted interleave: yes, via {via}{extra}")
     return "\n".join(lines)
 
