@@ -304,3 +304,15 @@ def test_plan_help_is_its_own_help(capsys):
     out = capsys.readouterr().out
     assert e.value.code == 0 and out.startswith("usage: numabench plan [PYTEST_ARGS...]")
     assert "pytest benchmarks --help lists them" in out
+
+
+def test_a_run_that_saves_nothing_leaves_no_empty_baseline_folder():
+    from numabench.machine.hwkey import hardware_key
+
+    folder = ROOT / "baselines" / hardware_key(discover("/"))
+    if folder.exists():
+        pytest.skip(f"{folder} holds this machine's runs already")
+    out = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-q", "-p", "no:cacheprovider",
+                          "--numa-policies=bind:99"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "1 skipped" in out.stdout, out.stdout + out.stderr
+    assert not folder.exists(), f"{folder} was left behind, empty"
