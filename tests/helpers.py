@@ -12,3 +12,12 @@ def fake_caps(**kw) -> Capabilities:
                 numactl_preferred_many=True)
     base.update(kw)
     return Capabilities(**base)
+
+
+def fake_weights_dir(tmp_path, auto: str = "true"):
+    """A weighted_interleave sysfs folder with node0's weight and the auto-mode switch set to ``auto``."""
+    wdir = tmp_path / "weighted_interleave"
+    wdir.mkdir()
+    (wdir / "node0").write_text("1\n")
+    (wdir / "auto").write_text(f"{auto}\n")
+    return wdir

@@ -185,16 +185,13 @@ def test_live_probe_agrees_with_sysfs():
 
 
 def test_topo_says_when_auto_mode_makes_weighted_cases_skip(tmp_path):
-    from helpers import fake_caps
+    from helpers import fake_caps, fake_weights_dir
 
     from numabench.machine.describe import render_topology
     from numabench.machine.topology import discover
     from numabench.numa.weights import auto_mode_reason
 
-    auto = tmp_path / "weighted_interleave"
-    auto.mkdir()
-    (auto / "node0").write_text("1\n")
-    (auto / "auto").write_text("true\n")
+    auto = fake_weights_dir(tmp_path)
     reason = auto_mode_reason(auto)
     assert reason and "auto mode off" in reason
     on = render_topology(discover("/"), fake_caps(weights_auto_on=reason))

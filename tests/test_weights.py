@@ -239,10 +239,9 @@ def _run_weighted_touch(wdir, *args):
 @pytest.mark.skipif(not probe().weighted_interleave_kernel, reason="needs weighted interleave (Linux >= 6.9)")
 def test_weighted_case_that_would_switch_auto_mode_off_is_skipped_unless_allowed(tmp_path):
     import json
-    wdir = tmp_path / "weighted_interleave"
-    wdir.mkdir()
-    (wdir / "node0").write_text("1\n")
-    (wdir / "auto").write_text("true\n")
+    from helpers import fake_weights_dir
+
+    wdir = fake_weights_dir(tmp_path)
     out = _run_weighted_touch(wdir)
     assert out.returncode == 0 and "1 skipped" in out.stdout, out.stdout + out.stderr
     assert "would switch the kernel's weighted-interleave auto mode off" in out.stdout
