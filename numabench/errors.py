@@ -1,6 +1,8 @@
 """Error types. Every message names the bad value and what is allowed."""
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class NumabenchError(Exception):
     """Base class for errors this package raises on purpose."""
@@ -31,4 +33,9 @@ class WorkerError(NumabenchError):
 
 
 class BuildError(NumabenchError):
-    """A kernel the case needs did not compile."""
+    """A kernel the case needs did not compile: ``kernel`` names it, ``log`` is its build log."""
+
+    def __init__(self, message: str, kernel: str | None = None, log: Path | None = None) -> None:
+        self.kernel = kernel
+        self.log = log
+        super().__init__(message)

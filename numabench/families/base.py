@@ -185,6 +185,9 @@ class Family:
     # compiled kernels its workers load (numabench.kernels.prebuild names): built by the
     # parent before any worker starts, so workers only load them
     kernels: tuple[str, ...] = ()
+    # which of ``kernels`` a variant (its axis values) needs (None: every one): a variant that
+    # needs none runs when a kernel fails to build
+    variant_kernels: Callable[[Mapping[str, str]], tuple[str, ...]] | None = None
     # extra_info of one entry beyond the common schema (bytes, GB/s, limits, ...)
     metrics: Callable[["CaseResult", str], dict] = lambda result, phase: {}
     default_rounds: int = 20
@@ -213,6 +216,13 @@ class Family:
                                  f"allowed {', '.join(self.extra_axes[axis])}")
             out[axis] = tuple(vals)
         return out
+
+    def kernels_for(self, variant: Mapping[str, str] | tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+        """The compiled kernels ``variant`` (a case's ``extra``, or a dict of axis values) needs."""
+        if self.variant_kernels is None:
+            return self.kernels
+        needs = self.variant_kernels(dict(variant))
+        return tuple(k for k in self.kernels if k in needs)
 
     def ranks(self, case: Case, topology: "Topology") -> list[Rank]:
         ranks = []

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Sequence
 
-from numabench.errors import UsageError
-from numabench.kernels.build import BUILDER_ENV
+from numabench.errors import BuildError, UsageError
+from numabench.kernels.build import BUILDER_ENV, build_root
 
 BUILD_TIMEOUT_S = float(os.environ.get("NUMABENCH_BUILD_TIMEOUT_S") or 900)
 
@@ -65,11 +68,32 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """One kernel's build: ``status`` is what ``numabench build`` prints after its name."""
+
+    name: str
+    ok: bool
+    status: str
+    seconds: float = 0.0
+    log: Path | None = None  # the builder's whole output (None: nothing was built)
+
+
 def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
     """Yield (kernel, status) as each build finishes; a failed build's status holds
-    the tail of its output and raises nothing (the CLI decides the exit code).
-    ``only``: these kernels (torch is not imported here then), else every one this
-    machine can build."""
+    the compiler's first error line and the path of its build log, and raises nothing
+    (the CLI decides the exit code). ``only``: these kernels (torch is not imported
+    here then), else every one this machine can build."""
+    outcomes = build_outcomes(only)
+    try:
+        for o in outcomes:
+            yield o.name, o.status
+    finally:  # an abandoned build_all abandons its builds (see build_outcomes)
+        outcomes.close()
+
+
+def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
+    """build_all's builds, each as an Outcome."""
     if only is not None:
         unknown = [n for n in only if n not in _BUILDERS]
         if unknown:
@@ -93,48 +117,92 @@ def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
             else:
                 _kill_group(proc)  # a finished builder's stragglers, if it left any
     if only is None and "cuda_adam" not in names:
-        yield "cuda_adam", "skipped: no CUDA GPU or no CUDA toolkit here"
+        yield Outcome("cuda_adam", True, "skipped: no CUDA GPU or no CUDA toolkit here")
 
 
-def _finish(names: Sequence[str], started: dict) -> Iterator[tuple[str, str]]:
+def _finish(names: Sequence[str], started: dict) -> Iterator[Outcome]:
     for name in names:
         t0, proc = started[name]
+        killed = None
         try:
             out, _ = proc.communicate(timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             out, _ = proc.communicate()
-            tail = " | ".join(out.strip().splitlines()[-3:])
-            yield name, f"FAILED (still running after {BUILD_TIMEOUT_S:g} s, killed)" + (f": {tail}" if tail else "")
-            continue
+            killed = f"still running after {BUILD_TIMEOUT_S:g} s, killed"
+        seconds = time.perf_counter() - t0
+        log = write_log(name, out)
         lines = out.strip().splitlines()
-        seconds = f"{time.perf_counter() - t0:.1f} s"
-        if proc.returncode == 0:
+        if killed is None and proc.returncode == 0:
             detail = f", {lines[-1]}" if lines else ""
-            yield name, f"ready ({seconds}{detail})"
-        else:
-            code = proc.returncode
-            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-            # The error, not a traceback's tail: a Python exception's last line, else a compiler's error.
-            errors = [ln.strip() for ln in lines if "Error" in ln or "error:" in ln]
-            if any(ln.startswith("Traceback") for ln in lines):
-                errors.append(lines[-1].strip())
-            detail = errors[-1] if errors else " | ".join(lines[-6:])
-            yield name, f"FAILED ({how}): {detail}"
+            yield Outcome(name, True, f"ready ({seconds:.1f} s{detail})", seconds, log)
+            continue
+        code = proc.returncode
+        how = killed or (f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}")
+        detail = first_error(lines)
+        where = f"build log: {log}" if log else "no build log written"
+        yield Outcome(name, False, f"FAILED ({how}): " + (f"{detail}; " if detail else "") + where, seconds, log)
+
+
+def first_error(lines: Sequence[str]) -> str:
+    """The line that says what went wrong: the compiler's first error, else a Python
+    exception's last line, else the last lines joined."""
+    for ln in lines:
+        if _COMPILER_ERROR.search(ln):
+            return ln.strip()
+    if any(ln.startswith("Traceback") for ln in lines):
+        return lines[-1].strip()
+    return " | ".join(ln.strip() for ln in lines[-3:] if ln.strip())
+
+
+_COMPILER_ERROR = re.compile(r"(^|\s|:)(fatal )?error( #\d+)?:", re.IGNORECASE)  # gcc, clang, nvcc
+
+
+def log_path(name: str) -> Path:
+    """Where the last build of kernel ``name`` left its whole output."""
+    return build_root() / "logs" / f"{name}.log"
+
+
+def write_log(name: str, text: str) -> Path | None:
+    """The builder's output into log_path(name) (replaced whole); None where it cannot be written."""
+    path = log_path(name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path
 
 
 _ready: set[str] = set()
+_failed: dict[str, Path | None] = {}  # kernel -> its build log, for the cases after the first
 
 
 def ensure_built(kernels: Sequence[str]) -> None:
     """Build ``kernels`` once per process, in children (the caller stays torch-free); raises
-    BuildError naming the kernel and the tail of its build output."""
-    from numabench.errors import BuildError
+    BuildError naming the kernel, the compiler's first error and the build log, once per
+    kernel: a kernel that failed before is not built again, and its BuildError says so in a line."""
+    fresh = None
+    need = [k for k in kernels if k not in _ready and k not in _failed]
+    if need:
+        for o in build_outcomes(need):
+            if o.ok:
+                _ready.add(o.name)
+            else:
+                _failed[o.name] = o.log
+                fresh = fresh or BuildError(f"kernel {o.name} did not build: {o.status}", kernel=o.name,
+                                            log=o.log)
+    if fresh is not None:
+        raise fresh
+    earlier = [k for k in kernels if k in _failed]
+    if earlier:
+        k = earlier[0]
+        raise BuildError(f"kernel {k} build failed earlier: {_failed[k] or 'no build log written'}", kernel=k,
+                         log=_failed[k])
 
-    need = [k for k in kernels if k not in _ready]
-    if not need:
-        return
-    for name, status in build_all(need):
-        if status.startswith("FAILED"):
-            raise BuildError(f"kernel {name} did not build: {status}")
-        _ready.add(name)
+
+def build_failed(kernels: Sequence[str]) -> bool:
+    """Whether one of ``kernels`` failed to build in this process."""
+    return any(k in _failed for k in kernels)

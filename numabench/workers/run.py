@@ -65,9 +65,10 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     if rank_nodes is not None:
         ranks = [Rank(r.index, r.gpu, n, n) for r, n in zip(ranks, rank_nodes)]
     slowdown = slowdown_factor()  # the workers pad their phases; checked here before any starts
-    if family.kernels:  # built here, once, so that workers only load them (and never race to build)
+    kernels = tuple(dict.fromkeys(k for v in variants for k in family.kernels_for(v)))
+    if kernels:  # built here, once, so that workers only load them (and never race to build)
         from numabench.kernels.prebuild import ensure_built
-        ensure_built(family.kernels)
+        ensure_built(kernels)
     misplace = faultlib.parent_fault("misplace")  # also checks NUMABENCH_FAULT before any worker starts
     commands, specs, resolved = [], [], []
     how = "none"

@@ -52,6 +52,7 @@ def metrics(result: CaseResult, phase: str) -> dict:
 
 FAMILY = Family(
     kernels=("cuda_adam",),
+    variant_kernels=lambda v: ("cuda_adam",) if v.get("impl", "ours") == "ours" else (),
     key="adam_offload",
     description="Offloaded Adam step: H2D of param/grad/moments, fused Adam on the GPU, D2H of param/moments.",
     phases=("h2d", "compute", "d2h", "step"),

@@ -37,6 +37,7 @@ def metrics(result: CaseResult, phase: str) -> dict:
 
 FAMILY = Family(
     kernels=("cpu_adam",),
+    variant_kernels=lambda v: ("cpu_adam",) if v.get("impl", "ours").startswith("ours") else (),
     key="cpu_adam",
     description="Adam step on the CPU over host-resident state placed by the policy; one rank per CPU node.",
     phases=("step",),

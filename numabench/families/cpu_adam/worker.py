@@ -77,7 +77,9 @@ class Worker(BaseWorker):
             self.ds.state[p] = {"step": 0, "exp_avg": t["exp_avg"].tensor, "exp_avg_sq": t["exp_avg_sq"].tensor}
         ranges = [(b.address, b.nbytes) for b in self.host.values()]
         return {"placement": pages_report(ranges).to_dict(), "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
-                "threads": self.threads, "simd": cpu_adam.simd_level(), "max_rel_error": errors,
+                "threads": self.threads, "max_rel_error": errors,
+                # our kernel's SIMD level, where it is loaded (torch's and DeepSpeed's impls never need it)
+                "simd": cpu_adam.simd_level() if impls & {"ours", "ours+copy"} else None,
                 "bytes_per_element": {"plain": 7 * self.host["param"].tensor.element_size()}}
 
     def step(self, variant: dict | None = None) -> dict[str, float]:
