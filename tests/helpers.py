@@ -1,6 +1,17 @@
 """Shared test helpers (imported by test modules; tests/ is on sys.path under pytest)."""
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
 from numabench.machine.capabilities import Capabilities
 
 
@@ -21,3 +32,89 @@ def fake_weights_dir(tmp_path, auto: str = "true"):
     (wdir / "node0").write_text("1\n")
     (wdir / "auto").write_text(f"{auto}\n")
     return wdir
+
+
+# Children that run the suite: started with defined signal dispositions, in their own process
+# group, and never outliving the test that started them.
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+END_GRACE_S = 20.0  # an interrupted run's time to end its workers and remove its scratch folders
+
+
+def dispositions(ignored: Sequence[signal.Signals] = ()) -> Callable[[], None]:
+    """A preexec_fn: SIGINT and SIGTERM at their defaults in the child, whatever this test run
+    inherited, except ``ignored`` (as `trap '' INT`, a background job of a non-interactive
+    shell or a CI wrapper leaves them)."""
+    def preexec() -> None:
+        for sig in INTERRUPTS:
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+    return preexec
+
+
+def start_child(cmd: Sequence[str], ignored: Sequence[signal.Signals] = (), **kw: Any) -> subprocess.Popen:
+    """``cmd`` in a new session (its own process group, which end_child kills), output as text."""
+    # preexec_fn: the test processes start no threads that could hold a lock across the fork
+    return subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=dispositions(ignored), **kw)  # noqa: PLW1509
+
+
+def end_child(proc: subprocess.Popen, grace_s: float = END_GRACE_S) -> None:
+    """Stop the child's whole process group: SIGTERM first (the suite ends its workers and removes
+    their scratch folders), SIGKILL after ``grace_s``; workers die with their parent
+    (PR_SET_PDEATHSIG). Also clears stragglers of a child that has exited."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.communicate(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(proc, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.communicate()
+
+
+def finish(proc: subprocess.Popen, timeout_s: float) -> str:
+    """The child's output once it exits; its group is ended whether it did or not (a timeout
+    still raises TimeoutExpired, after that)."""
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        end_child(proc)
+    return out
+
+
+def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def scratch_left(tmpdir: Path) -> list[str]:
+    """WorkerGroup scratch folders (numabench-run-*) under a child's TMPDIR."""
+    return sorted(p.name for p in tmpdir.glob("numabench-run-*"))
+
+
+def workers_of(pid: int) -> list[psutil.Process]:
+    """The numabench workers among the process's descendants."""
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    out = []
+    for p in kids:
+        with contextlib.suppress(psutil.Error):
+            if any("numabench.workers.main" in a for a in p.cmdline()):
+                out.append(p)
+    return out
+
+
+def wait_for_workers(proc: subprocess.Popen, timeout_s: float = 120.0) -> list[psutil.Process]:
+    """The child's workers once one runs (a case has started); AssertionError if the child
+    ends or none starts within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen = workers_of(proc.pid)
+        if seen:
+            return seen
+        time.sleep(0.05)
+    raise AssertionError(f"no worker started within {timeout_s:g} s (exit code {proc.poll()})")

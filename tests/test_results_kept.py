@@ -1,5 +1,6 @@
 """The main job never loses the last results: a usage error or an interrupted run leaves
-results/last-run.json as it was; a finished run replaces it whole."""
+results/last-run.json as it was; a finished run replaces it whole. Children run in their own
+process group with defined signal dispositions and are ended with it (tests/helpers.py)."""
 from __future__ import annotations
 
 import json
@@ -8,45 +9,75 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from helpers import finish, scratch_left, start_child, wait_for_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def bench(tmp_path: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "NUMABENCH_RESULTS_DIR": str(tmp_path)}
-    return subprocess.Popen(["bash", str(ROOT / ".ci/bench"), "-k", "test_touch", "-p", "no:cacheprovider",
-                             "-q", f"--benchmark-storage=file://{tmp_path}/store", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+def child_env(tmp_path: Path) -> dict[str, str]:
+    """The test's environment with TMPDIR in tmp_path (the workers' scratch folders go there)."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(tmpdir)}
 
 
-def interrupted_while_a_case_runs(start) -> None:
-    """Ctrl-C while a case runs: its worker hangs at its first step; SIGINT to the whole job."""
+def bench(tmp_path: Path, *args: str, ignored: Sequence[signal.Signals] = ()) -> subprocess.Popen:
+    env = {**child_env(tmp_path), "NUMABENCH_RESULTS_DIR": str(tmp_path)}
+    return start_child(["bash", str(ROOT / ".ci/bench"), "-k", "test_touch", "-p", "no:cacheprovider",
+                        "-q", f"--benchmark-storage=file://{tmp_path}/store", *args], ignored=ignored,
+                       cwd=ROOT, env=env)
+
+
+INTERRUPT_WAIT_S = 60  # signal to exit; the run's per-request timeout is 600 s
+
+
+def interrupted_while_a_case_runs(start: Callable[[], subprocess.Popen], tmp_path: Path) -> None:
+    """Ctrl-C while a case runs: its worker hangs at its first step; SIGINT to the whole job,
+    which stops without waiting for its timeout and leaves no scratch folder."""
     os.environ["NUMABENCH_FAULT"] = "hang@step1"
     try:
         p = start()
-        time.sleep(8)
-        os.killpg(p.pid, signal.SIGINT)
-        out, _ = p.communicate(timeout=120)
     finally:
         os.environ.pop("NUMABENCH_FAULT")
+    try:
+        wait_for_workers(p)
+        time.sleep(1.0)  # the worker reaches its first step and hangs there
+        os.killpg(p.pid, signal.SIGINT)
+    finally:
+        out = finish(p, INTERRUPT_WAIT_S)
     assert p.returncode != 0, out
+    assert not scratch_left(tmp_path / "tmp"), out
 
 
 def test_usage_error_and_interrupt_keep_the_last_results_and_a_run_replaces_them(tmp_path):
     last = tmp_path / "last-run.json"
     last.write_text('{"previous": true}')
     p = bench(tmp_path, "--numa-policies=nonsense")
-    out, _ = p.communicate(timeout=300)
+    out = finish(p, 300)
     assert p.returncode == 4, out
     assert json.loads(last.read_text()) == {"previous": True}
-    interrupted_while_a_case_runs(lambda: bench(tmp_path, "--numa-policies=default", "--param-sizes=1M"))
+    interrupted_while_a_case_runs(lambda: bench(tmp_path, "--numa-policies=default", "--param-sizes=1M"), tmp_path)
     assert json.loads(last.read_text()) == {"previous": True}
     assert not [f for f in tmp_path.iterdir() if f.name.startswith(".last-run")]
     p = bench(tmp_path, "--numa-policies=default", "--param-sizes=1M", "--numa-rounds=2")
-    out, _ = p.communicate(timeout=300)
+    out = finish(p, 300)
     assert p.returncode == 0, out
     assert json.loads(last.read_text())["benchmarks"][0]["name"].startswith("test_touch[")
+
+
+def test_an_interrupt_stops_a_run_whose_caller_ignores_sigint(tmp_path):
+    """`.ci/bench` started with SIGINT ignored (a background job of a non-interactive shell,
+    `trap '' INT`, some CI wrappers): SIGINT to the job still stops it at once, the last
+    results are kept and no worker or scratch folder is left."""
+    last = tmp_path / "last-run.json"
+    last.write_text('{"previous": true}')
+    interrupted_while_a_case_runs(lambda: bench(tmp_path, "--numa-policies=default", "--param-sizes=1M",
+                                                ignored=(signal.SIGINT,)), tmp_path)
+    assert json.loads(last.read_text()) == {"previous": True}
+    assert not [f for f in tmp_path.iterdir() if f.name.startswith(".last-run")]
 
 
 def test_benchmark_json_is_replaced_whole_or_left_as_it_was(tmp_path):
@@ -56,20 +87,19 @@ def test_benchmark_json_is_replaced_whole_or_left_as_it_was(tmp_path):
     target.write_text('{"previous": true}')
 
     def pytest_run(*args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-p", "no:cacheprovider",
-                                 "-q", f"--benchmark-json={target}", f"--benchmark-storage=file://{tmp_path}/store", *args],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        return start_child([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-p", "no:cacheprovider",
+                            "-q", f"--benchmark-json={target}", f"--benchmark-storage=file://{tmp_path}/store", *args],
+                           cwd=ROOT, env=child_env(tmp_path))
 
     p = pytest_run("--numa-policies=nonsense")
-    out, _ = p.communicate(timeout=300)
+    out = finish(p, 300)
     assert p.returncode == 4, out
     assert json.loads(target.read_text()) == {"previous": True}
-    interrupted_while_a_case_runs(lambda: pytest_run("--numa-policies=default", "--param-sizes=1M"))
+    interrupted_while_a_case_runs(lambda: pytest_run("--numa-policies=default", "--param-sizes=1M"), tmp_path)
     assert json.loads(target.read_text()) == {"previous": True}
     assert not [f.name for f in tmp_path.iterdir() if f.name.startswith(".run.json")]
     p = pytest_run("--numa-policies=default", "--param-sizes=1M", "--numa-rounds=2")
-    out, _ = p.communicate(timeout=300)
+    out = finish(p, 300)
     assert p.returncode == 0, out
     assert json.loads(target.read_text())["benchmarks"][0]["name"].startswith("test_touch[")
     # what FileType refused at parse time is still refused there, naming the path
@@ -104,19 +134,19 @@ def test_a_run_that_measured_nothing_says_so_and_fails_unless_allowed(tmp_path):
     last = tmp_path / "last-run.json"
     last.write_text('{"previous": true}')
     p = bench(tmp_path, "--numa-policies=bind:99")
-    out, _ = p.communicate(timeout=300)
+    out = finish(p, 300)
     assert p.returncode == 3, out
     assert "[bench] nothing was measured: every selected case skipped" in out
     assert json.loads(last.read_text())["benchmarks"] == [] and "(0 entries)" in out
     last.write_text('{"previous": true}')
     p = bench(tmp_path, "-k", "no_such_benchmark")
-    out, _ = p.communicate(timeout=300)
+    out = finish(p, 300)
     assert p.returncode == 5 and "[bench] nothing was selected by the arguments" in out, out
     assert json.loads(last.read_text()) == {"previous": True}
     os.environ["NUMABENCH_ALLOW_EMPTY"] = "1"
     try:
         p = bench(tmp_path, "--numa-policies=bind:99")
-        out, _ = p.communicate(timeout=300)
+        out = finish(p, 300)
     finally:
         os.environ.pop("NUMABENCH_ALLOW_EMPTY")
     assert p.returncode == 0, out

@@ -10,7 +10,9 @@ family's setup (so ``oom`` is an allocation on top of the placed buffers),
 ``stepN`` ones before the N-th step request is carried out.
 
 A worker also asks the kernel to SIGKILL it when its parent dies
-(PR_SET_PDEATHSIG), so a parent killed without cleanup leaves no worker behind.
+(PR_SET_PDEATHSIG), so a parent killed without cleanup leaves no worker behind, and
+gives SIGINT and SIGTERM their defaults where its caller ignored them
+(numabench.interrupts), so that a signal sent to it takes effect.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import traceback
 from numabench import faults as faultlib
 from numabench.families import FAMILIES, family, worker_class
 from numabench.families.base import WorkerSpec
+from numabench.interrupts import restore_interrupts
 from numabench.workers.inject import SLOWDOWN_ENV, slowdown_factor
 from numabench.workers.protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
@@ -59,6 +62,7 @@ def check_affinity(spec: WorkerSpec) -> list[int]:
 
 def main() -> int:
     main_at = time.time()  # the parent's spawn time minus this: interpreter start and imports
+    restore_interrupts()
     die_with_parent()
     proto_fd = os.dup(1)
     os.dup2(2, 1)  # anything printed goes to stderr, never into the protocol stream

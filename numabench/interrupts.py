@@ -1,0 +1,40 @@
+"""SIGINT and SIGTERM reach numabench whatever its caller left ignored.
+
+Ignored signals stay ignored across fork and exec: a background job of a non-interactive
+shell starts with SIGINT ignored, and so does a command under ``trap '' INT`` or some CI
+wrappers. Python installs its KeyboardInterrupt handler only where SIGINT was at its
+default, so such a run would take no notice of Ctrl-C (or of a CI's SIGINT to the job's
+process group) and go on until its per-request timeout, with its workers and their
+scratch folders. The pytest plugin (fixtures.safety) and every worker (workers.main)
+call ``restore_interrupts`` first; processes they start then inherit the defaults.
+"""
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from typing import Any
+
+Handler = Callable[[int, Any], Any] | int | signal.Handlers | None
+
+# What a Python process has when its caller ignored nothing: SIGINT raises KeyboardInterrupt
+# (finally blocks run: workers ended, weights restored), SIGTERM ends it.
+DEFAULTS: dict[signal.Signals, Handler] = {signal.SIGINT: signal.default_int_handler,
+                                           signal.SIGTERM: signal.SIG_DFL}
+
+
+def restore_interrupts() -> dict[signal.Signals, Handler]:
+    """Give SIGINT and SIGTERM their defaults where they are ignored; a handler someone
+    installed is left alone. Returns the dispositions replaced (signal -> previous), for
+    ``put_back``. Main thread only: signal.signal raises ValueError elsewhere."""
+    replaced: dict[signal.Signals, Handler] = {}
+    for sig, default in DEFAULTS.items():
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            replaced[sig] = signal.signal(sig, default)
+    return replaced
+
+
+def put_back(replaced: dict[signal.Signals, Handler]) -> None:
+    """Undo ``restore_interrupts`` (a pytest run inside a caller's process leaves its
+    signals as it found them)."""
+    for sig, previous in replaced.items():
+        signal.signal(sig, previous)
