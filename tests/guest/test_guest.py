@@ -6,8 +6,9 @@ expander), distances 0-1 21, 0-2 14, 1-2 24. Booted by .ci/guest/run-in-guest
 Each boot runs tests/guest/guest_checks.py, which prints one JSON result; the
 tests here judge it. Three boots in all (6.12 checks, 6.1 checks, exit code).
 
-Prepare once with ``bash .ci/guest/setup``; run with ``python3 -m pytest tests/guest -m guest``.
-Without ``-m guest`` (a plain ``pytest tests``) these are skipped, saying so.
+Prepare once with ``bash .ci/guest/setup``; run with ``.venv/bin/python -m pytest tests/guest -m guest``.
+Without ``-m guest`` (a plain ``pytest tests``) these are skipped, saying so. With
+NUMABENCH_GUEST_REQUIRED=1 (as .ci/test sets in CI) a run where they skip fails (conftest.py).
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ pytestmark = pytest.mark.guest
 REPO = Path(__file__).resolve().parents[2]
 RUN_IN_GUEST = REPO / ".ci" / "guest" / "run-in-guest"
 CACHE = Path(os.environ.get("NUMABENCH_GUEST_CACHE", REPO / ".guest-cache"))
+# virtme-ng is installed into the project's venv (.ci/guest/setup); run-in-guest looks there too.
+VENV_BIN = (REPO / os.environ.get("NUMABENCH_VENV", ".venv")) / "bin"
 BOOT_TIMEOUT_S = 900
 TOLERANCE_PP = 2.0
 DISTANCES = {(0, 1): 21, (0, 2): 14, (1, 2): 24}
@@ -37,9 +40,11 @@ def _missing_tooling() -> str | None:
     if os.environ.get("NUMABENCH_IN_GUEST") == "1":
         return "already inside the QEMU guest: no nested guests"
     missing = []
-    for tool in ("qemu-system-x86_64", "vng"):
-        if not shutil.which(tool):
-            missing.append(tool)
+    if not shutil.which("qemu-system-x86_64"):
+        missing.append("qemu-system-x86_64 (`apt-get install -y --no-install-recommends qemu-system-x86` as root,"
+                       " or `NUMABENCH_GUEST_APT=1 bash .ci/guest/setup`)")
+    if not shutil.which("vng", path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"):
+        missing.append(f"vng (virtme-ng) in {VENV_BIN} or on PATH")
     for kernel in ("6.12", "6.1"):
         if not (CACHE / "kernels" / kernel / "ok").is_file():
             missing.append(f"kernel {kernel} in {CACHE / 'kernels' / kernel}")
