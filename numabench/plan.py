@@ -9,6 +9,11 @@ copy; CPU families: memory bandwidth of a few cores), and placed once at set-up 
 ``MODEL_PLACE_GBPS`` (first touch, pinning), plus a start-up cost: the family's as the
 baseline recorded it in its other runs, else a fixed one. The model is a
 floor for a machine never measured; the baseline is the estimate to trust.
+
+A kernel the selected cases need that is not built yet for these sources and this torch
+(``numabench.kernels.built``) is compiled before the first run that needs it: as long as
+its last build here took, else a default per kernel; the plan line says so
+(``+ kernel build ~45 s (not built yet: cpu_adam ~45 s, default estimate)``).
 """
 from __future__ import annotations
 
@@ -26,16 +31,33 @@ MODEL_PLACE_GBPS = 2.0  # first touch + cudaHostRegister of the placed state
 # smoke tier: 3.6-8.9 s for the GPU families, 0.4-9.6 s for the CPU ones)
 MODEL_START_S = {"gpu": 8.0, "cpu": 4.0}
 MODEL_ROUND_OVERHEAD_S = 0.002
-# a family's kernels are checked (cached: a child loads them) or built once per session
+# a kernel the selected cases need is checked once per session (built: a child loads it) or
+# built first: as long as its last build here took (numabench.kernels.built), else these
+# defaults (2 cores: stream and cpu_adam, built together, ~35 s each)
 KERNEL_CACHED_S = 1.5
-KERNEL_BUILD_S = {"stream": 20.0, "cpu_adam": 45.0, "cuda_adam": 120.0}
+KERNEL_BUILD_S = {"stream": 35.0, "cpu_adam": 45.0, "cuda_adam": 120.0}
+KERNEL_BUILD_DEFAULT_S = 60.0
 
 
-def kernel_seconds(kernel: str) -> float:
-    from numabench.kernels.build import build_root
+@dataclass
+class KernelBuild:
+    """A kernel the run must compile first."""
 
-    cached = any(build_root().glob(f"numabench_{kernel}-*/*.so"))
-    return KERNEL_CACHED_S if cached else KERNEL_BUILD_S.get(kernel, 60.0)
+    kernel: str
+    seconds: float
+    source: str  # "as its last build here" or "default estimate"
+
+
+def kernel_build(kernel: str) -> KernelBuild | None:
+    """What compiling ``kernel`` will cost, or None where it is built already."""
+    from numabench.kernels import built
+
+    if built.is_built(kernel):
+        return None
+    recorded = built.recorded_build_seconds(kernel)
+    if recorded is not None:
+        return KernelBuild(kernel, recorded, "as its last build here")
+    return KernelBuild(kernel, KERNEL_BUILD_S.get(kernel, KERNEL_BUILD_DEFAULT_S), "default estimate")
 
 
 def duration(seconds: float) -> str:
@@ -49,14 +71,16 @@ class RunPlan:
     key: str
     family: str
     entries: int
-    seconds: float
+    seconds: float  # kernel builds it waits for included (build_s)
     source: str  # "baseline...", or "model..." (see plan_runs)
+    build_s: float = 0.0
 
 
 @dataclass
 class Plan:
     runs: list[RunPlan] = field(default_factory=list)
     baseline: str | None = None
+    builds: list[KernelBuild] = field(default_factory=list)  # kernels not built yet, compiled first
 
     @property
     def seconds(self) -> float:
@@ -64,9 +88,16 @@ class Plan:
 
     def by_family(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        for r in self.runs:
-            out[r.family] = out.get(r.family, 0.0) + r.seconds
+        for r in self.runs:  # kernel builds apart
+            out[r.family] = out.get(r.family, 0.0) + r.seconds - r.build_s
         return out
+
+    def builds_text(self) -> str:
+        """What the kernel builds add, and where each figure comes from ('' where nothing is built)."""
+        if not self.builds:
+            return ""
+        each = "; ".join(f"{b.kernel} ~{duration(b.seconds)}, {b.source}" for b in self.builds)
+        return f" + kernel build ~{duration(sum(b.seconds for b in self.builds))} (not built yet: {each})"
 
     def summary(self, tier: str | None = None) -> str:
         """One line: cases, estimated minutes, per family, where the figures came from."""
@@ -80,7 +111,8 @@ class Plan:
             source += f", {len(runs) - from_baseline} modelled"
         return (f"numabench plan: {entries} entries in {len(runs)} worker runs"
                 + (f" ({tier} tier)" if tier else "")
-                + f", ~{duration(self.seconds)}" + (f" ({fams})" if fams else "") + f"; {source}")
+                + f", ~{duration(self.seconds)}" + (f" ({fams}{self.builds_text()})" if fams else "")
+                + f"; {source}")
 
 
 def _kind(family: "Family", case: "Case", gpus: int) -> str:
@@ -141,9 +173,11 @@ def baseline_seconds(family: "Family", entries: Sequence[dict], steps: int, setu
 
 
 def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], baseline: dict | None,
-              baseline_name: str | None, gpus: int) -> Plan:
+              baseline_name: str | None, gpus: int, kernels: Iterable[str] | None = None) -> Plan:
     """``runs``: (run key, family, one of its cases, variants, entries, rounds, warm-up) per worker run.
-    ``baseline``: the loaded baseline run of this hardware key (None: model only)."""
+    ``baseline``: the loaded baseline run of this hardware key (None: model only). ``kernels``:
+    those the selected cases need (None: every kernel of the runs' families); one not built yet
+    adds its build to the first run that needs it (Plan.builds says which and how long)."""
     from numabench.cases import worker_run_key
     from numabench.families import FAMILIES, family
     from numabench.results.entry import case_of_entry
@@ -164,13 +198,23 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
     plan = Plan(baseline=baseline_name if baseline else None)
     starts = family_start_seconds(recorded.values())
     checked: set[str] = set()  # kernels: checked or built before a family's first run
+    needed = set(kernels) if kernels is not None else None
     for key, fam, case, variants, entries, rounds, warmup in runs:
         start = starts.get(fam.key)
         setup_fallback = model_setup_seconds(fam, case, gpus, start)
         found = baseline_seconds(fam, by_run.get(key, []), variants * (warmup + rounds), setup_fallback, variants)
         seconds, source = found if found else (model_seconds(fam, case, variants, rounds, warmup, gpus, start),
                                                "model" if start is None else "model, start-up from the baseline")
-        seconds += sum(kernel_seconds(k) for k in fam.kernels if k not in checked)
-        checked.update(fam.kernels)
-        plan.runs.append(RunPlan(key, fam.key, entries, seconds, source))
+        build_s = 0.0
+        for k in fam.kernels:
+            if k in checked or (needed is not None and k not in needed):
+                continue
+            checked.add(k)
+            build = kernel_build(k)
+            if build is None:
+                seconds += KERNEL_CACHED_S
+            else:
+                plan.builds.append(build)
+                build_s += build.seconds
+        plan.runs.append(RunPlan(key, fam.key, entries, seconds + build_s, source, build_s))
     return plan

@@ -58,6 +58,15 @@ def _snapshot_sources(paths: Sequence[Path], dest: Path) -> list[Path]:
     return [dest / p.name for p in paths]
 
 
+def extension_dir(name: str, sources: Sequence[str], torch_version: str, *, extra_cflags: Sequence[str] = (),
+                  extra_cuda_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = ()) -> Path:
+    """The build folder of the extension made of ``csrc/<sources>`` with these flags under this
+    torch version (the version string as torch reports it): keyed by all of them."""
+    flags = [*extra_cflags, "|", *extra_cuda_cflags, "|", *extra_ldflags]
+    digest = _source_digest([CSRC_DIR / s for s in sources], flags)
+    return build_root() / f"{name}-torch{torch_version.replace('+', '_')}-{digest}"
+
+
 def load_extension(
     name: str,
     sources: Sequence[str],
@@ -74,9 +83,8 @@ def load_extension(
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"kernel sources missing: {', '.join(missing)}")
-    flags = [*extra_cflags, "|", *extra_cuda_cflags, "|", *extra_ldflags]
-    tag = f"{name}-torch{torch.__version__.replace('+', '_')}-{_source_digest(paths, flags)}"
-    build_dir = build_root() / tag
+    build_dir = extension_dir(name, sources, torch.__version__, extra_cflags=extra_cflags,
+                              extra_cuda_cflags=extra_cuda_cflags, extra_ldflags=extra_ldflags)
     build_dir.mkdir(parents=True, exist_ok=True)
     with build_lock(build_dir, name):
         _fault_point(build_dir)

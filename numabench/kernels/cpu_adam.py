@@ -31,6 +31,8 @@ EXT_NAME = "numabench_cpu_adam"
 # __attribute__((target)) and the one binary runs on any x86-64 host.
 CFLAGS = ["-O3", "-fopenmp", "-fno-math-errno"]
 LDFLAGS = ["-fopenmp"]
+# what load_extension builds (numabench.kernels.built reads it too)
+BUILD = {"name": EXT_NAME, "sources": ["cpu_adam.cpp"], "extra_cflags": CFLAGS, "extra_ldflags": LDFLAGS}
 
 _ext: Optional[ModuleType] = None
 
@@ -62,12 +64,7 @@ def load() -> ModuleType:
     """Build (once, cached on disk) and import the extension."""
     global _ext
     if _ext is None:
-        _ext = load_extension(
-            name=EXT_NAME,
-            sources=["cpu_adam.cpp"],
-            extra_cflags=CFLAGS,
-            extra_ldflags=LDFLAGS,
-        )
+        _ext = load_extension(**BUILD)
     return _ext
 
 

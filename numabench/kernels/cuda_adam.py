@@ -34,6 +34,9 @@ EXTRA_CUDA_CFLAGS = (
     "-gencode=arch=compute_90,code=compute_90",
 )
 EXTRA_CFLAGS = ("-O3",)
+# what load_extension builds (numabench.kernels.built reads it too)
+BUILD = {"name": EXTENSION_NAME, "sources": list(SOURCES), "extra_cflags": list(EXTRA_CFLAGS),
+         "extra_cuda_cflags": list(EXTRA_CUDA_CFLAGS)}
 
 ALLOWED_DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
@@ -41,12 +44,7 @@ ALLOWED_DTYPE_NAMES = ("float32", "float16", "bfloat16")
 @functools.lru_cache(maxsize=None)
 def load() -> ModuleType:
     """Build (once, cached on disk) and import the extension."""
-    return load_extension(
-        name=EXTENSION_NAME,
-        sources=list(SOURCES),
-        extra_cflags=list(EXTRA_CFLAGS),
-        extra_cuda_cflags=list(EXTRA_CUDA_CFLAGS),
-    )
+    return load_extension(**BUILD)
 
 
 # --------------------------------------------------------------------------- #

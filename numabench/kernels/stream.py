@@ -9,14 +9,16 @@ from numabench.kernels.build import load_extension
 BYTES_PER_ELEMENT = {"copy": 8, "scale": 8, "add": 12, "triad": 12, "adam_pattern": 28}
 KERNELS = tuple(BYTES_PER_ELEMENT)
 
+# what load_extension builds (numabench.kernels.built reads it too)
+BUILD = {"name": "numabench_stream", "sources": ["stream.cpp"], "extra_cflags": ["-O3", "-fopenmp"],
+         "extra_ldflags": ["-fopenmp"]}
 _ext: ModuleType | None = None
 
 
 def load() -> ModuleType:
     global _ext
     if _ext is None:
-        _ext = load_extension("numabench_stream", ["stream.cpp"], extra_cflags=["-O3", "-fopenmp"],
-                              extra_ldflags=["-fopenmp"])
+        _ext = load_extension(**BUILD)
     return _ext
 
 

@@ -1,0 +1,81 @@
+"""Which kernels are built in the build folder for this checkout's sources and the installed
+torch, and how long their last build took here: what a time plan needs, without torch.
+
+A kernel is built when its build folder (``numabench.kernels.build.extension_dir``: name,
+sources, flags, torch version) holds its shared object. The seconds of each build that
+compiled (one that found its kernel built only loads it) are kept in
+``<build root>/build-times.json``, the kernel's last one.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+from importlib import metadata
+from pathlib import Path
+
+from numabench.kernels.build import build_root, extension_dir
+
+MODULES = {"stream": "numabench.kernels.stream", "cpu_adam": "numabench.kernels.cpu_adam",
+           "cuda_adam": "numabench.kernels.cuda_adam"}
+TIMES_FILE = "build-times.json"
+
+
+def torch_version() -> str | None:
+    """The installed torch's version, as torch.__version__ says it (read without importing torch)."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def kernel_dir(kernel: str) -> Path | None:
+    """The build folder of ``kernel`` (a numabench.kernels.prebuild name); None without torch."""
+    if kernel not in MODULES:
+        raise ValueError(f"unknown kernel {kernel!r}: allowed {', '.join(MODULES)}")
+    version = torch_version()
+    if version is None:
+        return None
+    return extension_dir(torch_version=version, **importlib.import_module(MODULES[kernel]).BUILD)
+
+
+def is_built(kernel: str) -> bool:
+    """Whether ``kernel``'s build folder holds its shared object: loading it compiles nothing."""
+    folder = kernel_dir(kernel)
+    return folder is not None and any(folder.glob("*.so"))
+
+
+def _times_path() -> Path:
+    return build_root() / TIMES_FILE
+
+
+def recorded_build_seconds(kernel: str) -> float | None:
+    """How long ``kernel``'s last build that compiled took here, or None (none recorded, or an
+    unreadable record)."""
+    try:
+        entry = json.loads(_times_path().read_text()).get(kernel)
+        seconds = float(entry["seconds"]) if isinstance(entry, dict) else None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return seconds if seconds is not None and seconds > 0 else None
+
+
+def record_build_seconds(kernel: str, seconds: float) -> None:
+    """Keep ``seconds`` as ``kernel``'s last build time (best effort: a folder that cannot be
+    written keeps nothing)."""
+    path = _times_path()
+    try:
+        try:
+            times = json.loads(path.read_text())
+            times = times if isinstance(times, dict) else {}
+        except (OSError, ValueError):
+            times = {}
+        times[kernel] = {"seconds": round(seconds, 1), "torch": torch_version(),
+                         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass
