@@ -6,11 +6,39 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from numabench.errors import NumabenchError, UsageError
 from numabench.results.compare import DEFAULT_COARSEST, DEFAULT_THRESHOLD
 from numabench.results.formats import FORMATS
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's usage errors in one line, naming where the whole usage is (--help); exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def check_family(name: str | None) -> None:
+    """--family: one of the families (None: every one)."""
+    from numabench.families import FAMILIES
+
+    if name is not None and name not in FAMILIES:
+        raise UsageError(f"--family {name!r}: allowed {', '.join(FAMILIES)}")
+
+
+def pytest_error_line(text: str) -> str | None:
+    """The line of pytest's output that says what was wrong with its arguments (its own
+    argument parser's error without the usage block), or None."""
+    lines = text.splitlines()
+    for i, ln in enumerate(lines):
+        if ln.startswith("ERROR: usage:"):
+            said = next((x for x in lines[i + 1:] if ": error: " in x), None)
+            return f"ERROR: {said.split(': error: ', 1)[1]}" if said else ln
+        if ln.startswith("ERROR:"):
+            return ln
+    return None
 
 
 def cmd_topo(ns: argparse.Namespace) -> int:
@@ -18,6 +46,8 @@ def cmd_topo(ns: argparse.Namespace) -> int:
     from numabench.machine.describe import render_topology
     from numabench.machine.topology import discover
 
+    if not Path(ns.root).is_dir():
+        raise UsageError(f"--root {ns.root}: not a folder: allowed the root of a (recorded) file system tree")
     topo = discover(ns.root)
     if ns.key:
         from numabench.machine.hwkey import hardware_key
@@ -92,6 +122,7 @@ def cmd_report(ns: argparse.Namespace) -> int:
     from numabench.results.report import build_report
     from numabench.results.tables import parse_where
 
+    check_family(ns.family)
     if ns.out is not None and Path(ns.out).exists() and not Path(ns.out).is_dir():
         raise UsageError(f"--out {ns.out} is a file: allowed a directory (new or existing) for report.md and the PNGs")
     rep = build_report(ns.run_json, ns.out, family=ns.family, where=parse_where(ns.where), plots=not ns.no_plots)
@@ -107,6 +138,7 @@ def cmd_advise(ns: argparse.Namespace) -> int:
     from numabench.results.seed_csv import load_run
     from numabench.results.tables import parse_where
 
+    check_family(ns.family)
     run = combine_runs(ns.run_json) if len(ns.run_json) > 1 else load_run(ns.run_json[0])
     sys.stdout.write(render(advise(run, ns.family, parse_where(ns.where))))
     return 0
@@ -180,7 +212,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
                          capture_output=True, text=True)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("numabench plan:")]
     if out.returncode not in (0, 5) or not lines:
-        sys.stderr.write(out.stdout[-3000:] + out.stderr[-3000:])
+        said = pytest_error_line(out.stdout + "\n" + out.stderr)  # a usage error: its one line
+        sys.stderr.write(f"{said}\n" if said else out.stdout[-3000:] + out.stderr[-3000:])
         return out.returncode or 1
     print("\n".join(lines))
     return 0
@@ -239,7 +272,7 @@ def cmd_fleet(ns: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="numabench", description="NUMA-aware GPU offload benchmarks")
+    parser = OneLineParser(prog="numabench", description="NUMA-aware GPU offload benchmarks")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("topo", help="show NUMA nodes, GPUs, distances, and what policies this machine can apply")
     p.add_argument("--json", action="store_true", help="machine-readable output")

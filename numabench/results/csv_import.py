@@ -140,15 +140,21 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
         raise UsageError(f"{path}: no data rows")
 
     max_np = max(r[2] for r in rows)
+    node_ids = [n for r in rows for n in r[3].nodes]
+    if numa_nodes is not None and numa_nodes < max(node_ids, default=0) + 1:
+        raise UsageError(f"numa nodes {numa_nodes}: allowed an integer >= {max(node_ids, default=0) + 1} "
+                         f"(the CSV names node {max(node_ids, default=0)})")
+    if any(not g.strip() for g in gpus or []):
+        raise UsageError(f"GPU model {next(g for g in gpus or [] if not g.strip())!r}: allowed a model name, "
+                         "e.g. 'NVIDIA H100 80GB HBM3'")
     gpu_names = list(gpus or [])
     if len(gpu_names) == 1 and max_np > 1:
         gpu_names = gpu_names * max_np  # one model named for a machine of max(ngpus) GPUs
-    node_ids = [n for r in rows for n in r[3].nodes]
     info = {
         "gpus": gpu_names,
         "gpu_count": len(gpu_names) or max_np,
         "cpu_model": cpu_model,
-        "numa_nodes": numa_nodes or (max(node_ids) + 1 if node_ids else 1),
+        "numa_nodes": numa_nodes if numa_nodes is not None else (max(node_ids) + 1 if node_ids else 1),
         "cpuless_nodes": 0,
         "cuda_driver_major": None,
         "gpu_models": sorted(set(gpu_names)) or ["unknown"],

@@ -41,11 +41,24 @@ def load_run(path: str | Path) -> dict:
             from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise UsageError(f"run file {path} has no 'benchmarks' list: not a pytest-benchmark JSON")
+    for i, b in enumerate(data["benchmarks"]):
+        if not isinstance(b, dict) or not isinstance(b.get("extra_info", {}), dict):
+            what = b if not isinstance(b, dict) else {"extra_info": b["extra_info"]}
+            raise UsageError(f"run file {path}: benchmarks[{i}] is {json.dumps(what)[:60]}: allowed a JSON object "
+                             "(with an extra_info object): not a pytest-benchmark JSON")
     return data
 
 
 def run_json_to_csv(path: str | Path, *, weighted: bool | None = None, dtype: str = "fp32", impl: str = "ours",
                     schedule: str = "serial") -> str:
+    from numabench.cases import DTYPES
+    from numabench.families import family
+
+    axes = family("adam_offload").extra_axes
+    for name, value, allowed in (("dtype", dtype, tuple(DTYPES)), ("impl", impl, axes["impl"]),
+                                 ("schedule", schedule, axes["schedule"])):
+        if value not in allowed:
+            raise UsageError(f"{name} {value!r}: allowed {', '.join(allowed)} (the CSV holds adam_offload's entries)")
     data = load_run(path)
     rows: dict[tuple, dict[str, float]] = {}
     for b in data["benchmarks"]:

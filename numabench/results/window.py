@@ -91,7 +91,12 @@ def learn(folder: str | Path, run_path: str | Path, *, keep: int = DEFAULT_KEEP,
     folder = Path(folder)
     run_path = Path(run_path)
     run = load_run(run_path)
-    folder.mkdir(parents=True, exist_ok=True)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--window {folder} is a file: allowed a folder (new or existing) for the window's runs")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--window {folder}: cannot create it ({e.strerror})") from None
     with exclusive_lock(folder):  # two jobs of one runner learning at once: one after the other
         current = members(folder)
         key = run_hardware_key(load_run(current[0])) if current else None
@@ -128,7 +133,8 @@ def _seed_file(seed: Path, run: dict[str, Any]) -> Path:
     from numabench.results.storage import check_baselines
 
     key = run_hardware_key(run)
-    return check_baselines(seed / str(key), True, key)[0]
+    return check_baselines(seed / str(key), True, key, what="--seed",
+                           hint="name a run file, or a baselines folder that holds runs of the run's key")[0]
 
 
 def _without_gate(run: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,168 @@
+"""Bad input, one table: every `numabench` subcommand and every numabench pytest option given a
+bad value ends in ONE line that names the value, no traceback, and the project's exit code:
+2 for the numabench command (argparse's usage code, which the CLI uses for every bad input),
+4 for pytest options (pytest's usage error; `numabench plan` passes pytest's on). Each row runs
+the real command in a subprocess (~0.1 s for the CLI, ~0.3 s for a pytest collection)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED_CSV = ROOT / "tests" / "data" / "seed" / "qwen2.5-7B_normal_interleave.csv"
+GPU = ["--gpu", "NVIDIA H100 80GB HBM3"]
+HEADER = "ngpus,numa_nodes,update_element,avg_h2d_latency(ms),avg_compute_latency(ms),avg_d2h_latency(ms)"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    """Inputs good and bad: {d}/run.json is a good run (the seed CSV imported)."""
+    d = tmp_path_factory.mktemp("inputs")
+    out = subprocess.run([sys.executable, "-m", "numabench", "import-csv", str(SEED_CSV), "--out", str(d / "run.json"),
+                          *GPU], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    (d / "dir").mkdir()
+    (d / "bin.json").write_bytes(b'{"benchmarks": ["\xff\xfe"]}')
+    (d / "empty.json").write_text("")
+    (d / "cut.json").write_text((d / "run.json").read_text()[:200])
+    (d / "list.json").write_text("[]")
+    (d / "junk.json").write_text(json.dumps({"machine_info": {}, "benchmarks": [1, 2]}))
+    (d / "nokey.json").write_text(json.dumps({"machine_info": {}, "benchmarks": []}))
+    (d / "exists.txt").write_text("keep me")
+    (d / "bin.csv").write_bytes(b"ngpus,numa_nodes,update_element\n1,0,\xff\n")
+    (d / "empty.csv").write_text("")
+    (d / "cols.csv").write_text("a,b,c\n1,2,3\n")
+    (d / "num.csv").write_text(f"{HEADER}\nx,0,1835008,0.5,0.01,0.5\n")
+    return d
+
+
+# (id, numabench arguments ({d}: the files folder, {csv}: the seed CSV), a text the one line must hold)
+CLI = [
+    ("compare-missing", "compare {d}/nope.json {d}/run.json", "{d}/nope.json does not exist"),
+    ("compare-directory", "compare {d}/dir {d}/run.json", "{d}/dir is a directory"),
+    ("compare-non-utf8", "compare {d}/bin.json {d}/run.json", "{d}/bin.json is not UTF-8"),
+    ("compare-empty", "compare {d}/empty.json {d}/run.json", "{d}/empty.json is not valid JSON"),
+    ("compare-truncated", "compare {d}/cut.json {d}/run.json", "{d}/cut.json is not valid JSON"),
+    ("compare-not-a-run", "compare {d}/list.json {d}/run.json", "{d}/list.json has no 'benchmarks' list"),
+    ("compare-entries-not-objects", "compare {d}/junk.json {d}/run.json", "benchmarks[0] is 1"),
+    ("compare-threshold-word", "compare {d}/run.json {d}/run.json --threshold=abc", "'abc'"),
+    ("compare-threshold-negative", "compare {d}/run.json {d}/run.json --threshold=-5%", "'-5%'"),
+    ("compare-coarsest-word", "compare {d}/run.json {d}/run.json --coarsest=xyz", "'xyz'"),
+    ("compare-three-runs", "compare {d}/run.json {d}/run.json {d}/run.json", "got 3 runs"),
+    ("compare-format", "compare {d}/run.json {d}/run.json --format=xml", "'xml'"),
+    ("compare-no-key", "compare {d}/nokey.json", "{d}/nokey.json records no hardware key"),
+    ("report-missing", "report {d}/nope.json", "{d}/nope.json does not exist"),
+    ("report-out-a-file", "report {d}/run.json --out {d}/exists.txt", "--out {d}/exists.txt is a file"),
+    ("report-where-no-equals", "report {d}/run.json --where dtype", "'dtype'"),
+    ("report-where-unknown-axis", "report {d}/run.json --where nosuch=1", "'nosuch=1'"),
+    ("report-family", "report {d}/run.json --family nosuch", "--family 'nosuch'"),
+    ("advise-where", "advise {d}/run.json --where x", "'x'"),
+    ("advise-family", "advise {d}/run.json --family nosuch", "--family 'nosuch'"),
+    ("advise-non-utf8", "advise {d}/bin.json", "{d}/bin.json is not UTF-8"),
+    ("csv-missing", "csv {d}/nope.json", "{d}/nope.json does not exist"),
+    ("csv-dtype", "csv {d}/run.json --dtype fp8", "dtype 'fp8'"),
+    ("csv-impl", "csv {d}/run.json --impl nosuch", "impl 'nosuch'"),
+    ("csv-schedule", "csv {d}/run.json --schedule nosuch", "schedule 'nosuch'"),
+    ("csv-entries-not-objects", "csv {d}/junk.json", "benchmarks[0] is 1"),
+    ("import-csv-missing", "import-csv {d}/nope.csv --out {d}/o.json", "{d}/nope.csv does not exist"),
+    ("import-csv-directory", "import-csv {d}/dir --out {d}/o.json", "{d}/dir is a directory"),
+    ("import-csv-non-utf8", "import-csv {d}/bin.csv --out {d}/o.json", "{d}/bin.csv is not UTF-8"),
+    ("import-csv-empty", "import-csv {d}/empty.csv --out {d}/o.json", "header ''"),
+    ("import-csv-columns", "import-csv {d}/cols.csv --out {d}/o.json", "header 'a,b,c'"),
+    ("import-csv-number", "import-csv {d}/num.csv --out {d}/o.json", "ngpus 'x' is not a number"),
+    ("import-csv-out-exists", "import-csv {csv} --out {d}/exists.txt", "{d}/exists.txt exists"),
+    ("import-csv-out-no-folder", "import-csv {csv} --out {d}/nodir/o.json", "{d}/nodir does not exist"),
+    ("import-csv-numa-nodes-0", "import-csv {csv} --out {d}/o.json --numa-nodes=0", "numa nodes 0"),
+    ("import-csv-numa-nodes-word", "import-csv {csv} --out {d}/o.json --numa-nodes=abc", "'abc'"),
+    ("import-csv-dtype", "import-csv {csv} --out {d}/o.json --dtype fp8", "'fp8'"),
+    ("import-csv-gpu-empty", "import-csv {csv} --out {d}/o.json --gpu=", "GPU model ''"),
+    ("merge-missing", "merge {d}/m.json {d}/nope.json", "{d}/nope.json does not exist"),
+    ("merge-out-exists", "merge {d}/exists.txt {d}/run.json --allow-no-data", "{d}/exists.txt exists"),
+    ("merge-out-no-folder", "merge {d}/nodir/m.json {d}/run.json --allow-no-data", "{d}/nodir does not exist"),
+    ("learn-missing", "learn {d}/nope.json --window {d}/w", "{d}/nope.json does not exist"),
+    ("learn-keep-0", "learn {d}/run.json --window {d}/w --keep 0", "--keep 0"),
+    ("learn-window-a-file", "learn {d}/run.json --window {d}/exists.txt", "--window {d}/exists.txt is a file"),
+    ("learn-seed-missing", "learn {d}/run.json --window {d}/w2 --seed {d}/nope.json", "{d}/nope.json does not exist"),
+    ("history-threshold", "history {d}/dir --threshold abc", "'abc'"),
+    ("history-no-runs", "history {d}/nohist", "{d}/nohist"),
+    ("topo-root", "topo --root {d}/noroot", "--root {d}/noroot"),
+    ("fleet-index", "fleet pull --index notaurl --output {d}/f.json --key k", "'notaurl'"),
+    ("fleet-last", "fleet pull --index http://127.0.0.1:9/i --output {d}/f.json --last 0", "--last=0"),
+    ("build-kernel", "build nosuch", "nosuch"),
+    ("ab-pairs", "ab HEAD --pairs 0", "--pairs 0"),
+    ("ab-env", "ab HEAD --base-env FOO", "'FOO'"),
+    ("ab-confidence", "ab HEAD --confidence 2", "--confidence 2.0"),
+    ("no-such-command", "frobnicate", "'frobnicate'"),
+]
+# `numabench plan` hands its arguments to pytest: pytest's usage error, its code (4), in one line
+PLAN = [
+    ("plan-policy", "plan benchmarks/test_touch.py --numa-policies=bind:abc", "'bind:abc'"),
+    ("plan-path", "plan {d}/no_tests_here", "{d}/no_tests_here"),
+    ("plan-option", "plan benchmarks/test_touch.py --no-such-option", "--no-such-option"),
+]
+# pytest options (collected only: the check runs before anything else)
+PYTEST = [
+    ("policy-node-twice", "--numa-policies=interleave:0,0", "node 0 named twice in '0,0'"),
+    ("policy-weight-twice", "--numa-policies=weighted:0=1,0=2", "'weighted:0=1,0=2'"),
+    ("policy-preferred-two", "--numa-policies=preferred:0,1", "'preferred:0,1'"),
+    ("policy-no-nodes", "--numa-policies=bind:", "'bind:'"),
+    ("policy-node-huge", "--numa-policies=bind:99999999999999999999", "node 99999999999999999999"),
+    ("policy-empty", "--numa-policies=;;", "';;'"),
+    ("size-1e99", "--param-sizes=1e99", "'1e99'"),
+    ("size-fraction", "--param-sizes=1.5", "'1.5'"),
+    ("size-empty", "--param-sizes=", "''"),
+    ("dtype-fp8", "--dtypes=fp8", "'fp8'"),
+    ("nprocess-word", "--nprocess=abc", "'abc'"),
+    ("nprocess-huge", "--nprocess=99999999999999999999", "99999999999999999999"),
+    ("rounds-word", "--numa-rounds=abc", "--numa-rounds=abc"),
+    ("warmup-negative", "--numa-warmup=-1", "--numa-warmup=-1"),
+    ("timeout-nan", "--numa-timeout=nan", "--numa-timeout=nan"),
+    ("tolerance-negative", "--numa-tolerance=-1", "--numa-tolerance=-1"),
+    ("host-memory-0", "--numa-host-memory=0", "--numa-host-memory=0"),
+    ("repeats-0", "--numa-repeats=0", "--numa-repeats=0"),
+    ("axis-no-equals", "--numa-axis=impl", "'impl'"),
+    ("axis-unknown", "--numa-axis=nosuch=1", "'nosuch'"),
+    ("axis-value", "--numa-axis=impl=bogus", "bogus"),
+    ("tier", "--numa-tier=huge", "--numa-tier=huge"),
+    ("launcher", "--numa-launcher=x", "--numa-launcher=x"),
+    ("gate-threshold", "--numa-gate-threshold=abc", "'abc'"),
+    ("gate-coarsest", "--numa-gate-coarsest=-1%", "'-1%'"),
+    ("benchmark-compare", "--benchmark-compare=9999", "'9999'"),
+    ("benchmark-json-no-folder", "--benchmark-json={d}/nodir/x.json", "{d}/nodir/x.json"),
+    ("benchmark-json-a-folder", "--benchmark-json={d}/dir", "{d}/dir"),
+]
+
+ROWS = ([pytest.param([sys.executable, "-m", "numabench", *args.split(" ")], 2, text, id=f"cli-{name}")
+         for name, args, text in CLI]
+        + [pytest.param([sys.executable, "-m", "numabench", *args.split(" ")], 4, text, id=f"cli-{name}")
+           for name, args, text in PLAN]
+        + [pytest.param([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "--co", "-q", "-p",
+                         "no:cacheprovider", "--benchmark-storage=file://{d}/store", option], 4, text,
+                        id=f"pytest-{name}") for name, option, text in PYTEST])
+
+
+def test_the_table_is_wide():
+    assert len(ROWS) >= 56
+    assert {args.split(" ")[0] for _, args, _ in CLI} >= {"compare", "report", "advise", "csv", "import-csv",
+                                                        "merge", "learn", "history", "topo", "fleet", "build", "ab"}
+
+
+@pytest.mark.parametrize("command, code, text", ROWS)
+def test_a_bad_input_is_one_line_and_a_usage_exit_code(files, command, code, text):
+    def fill(s: str) -> str:
+        return s.replace("{d}", str(files)).replace("{csv}", str(SEED_CSV))
+
+    cmd = [fill(a) for a in command]
+    if cmd[3:4] == ["import-csv"] and "--gpu=" not in cmd:
+        cmd += GPU
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    text_out = out.stdout + out.stderr
+    assert "Traceback" not in text_out, text_out[-3000:]
+    lines = [ln for ln in text_out.splitlines() if ln.strip()]
+    assert out.returncode == code and len(lines) == 1, (out.returncode, text_out[-3000:])
+    assert fill(text) in lines[0], lines[0]
+    assert (files / "exists.txt").read_text() == "keep me"  # never overwritten
