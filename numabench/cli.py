@@ -153,15 +153,17 @@ def this_machine_key() -> str:
 
 
 def cmd_history(ns: argparse.Namespace) -> int:
-    from numabench.results.history import history, render
+    from numabench.results.history import histories, render_all
 
     key = ns.key if ns.key is not None or not ns.index else this_machine_key()
-    hist = history(ns.folder, threshold=ns.threshold, from_git=ns.git, index=ns.index, key=key)
-    sys.stdout.write(render(hist, show="all" if ns.all else "changes"))
+    hists = histories(ns.folder, threshold=ns.threshold, from_git=ns.git, index=ns.index, key=key)
+    sys.stdout.write(render_all(hists, show="all" if ns.all else "changes"))
     if ns.out:
+        from pathlib import Path
+
         from numabench.results.history import trend_plots
 
-        paths = trend_plots(hist, ns.out)
+        paths = [p for h in hists for p in trend_plots(h, Path(ns.out) / h.key if len(hists) > 1 else ns.out)]
         print(f"wrote {len(paths)} plot(s) in {ns.out}")
     return 0
 
@@ -326,7 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("folder", nargs="?", default=None, help="baselines/<hardware key>/ (every saved run below it)")
     p.add_argument("--index", default=None, help="instead of a folder: the runs in a fleet's index "
                                                  "(http(s)://HOST:PORT/INDEX, see numabench fleet)")
-    p.add_argument("--key", default=None, help="with --index: this hardware key (default: this machine's)")
+    p.add_argument("--key", default=None, help="with --index: this hardware key (default: this machine's); with a "
+                                               "folder: only this key's runs (default: one history per key)")
     p.add_argument("--threshold", default=DEFAULT_THRESHOLD, help="beyond the previous run's band by more than this")
     p.add_argument("--out", default=None, help="directory for trend plots (PNG, one per family)")
     p.add_argument("--all", action="store_true", help="list every entry, not only those with a change point")

@@ -7,7 +7,16 @@ of its invocation medians; a run without them: its value) by more than the thres
 the next run, where there is one, on the same side (the gate's confirmation). Baseline
 histories are short (a handful of runs, each already a summary of several invocations), too
 short for a segmentation method such as E-Divisive to have power; judging them the way CI
-judges a run keeps the history and the gate in agreement.
+judges a run keeps the history and the gate in agreement. A change at the newest run has no
+next run to agree with: it is reported as unconfirmed.
+
+A history is of one hardware key: runs of different keys differ by their hardware, not by a
+change, so ``history`` refuses a folder holding several (listing them) and ``histories``
+gives one History per key. Each run is one measurement, once: the versions of one saved run
+that git holds (before and after a relabelling, a rename of the file) are one run, its
+newest version read; a merged baseline's entries that only carry invocations of earlier runs
+forward are marked ``carried`` and judged by no change point, and a pooled entry is judged by
+the invocations it adds. Entries renamed since (numabench.results.ids) keep one series.
 """
 from __future__ import annotations
 
@@ -18,7 +27,8 @@ from pathlib import Path
 
 from numabench.errors import UsageError
 from numabench.results.compare import DEFAULT_THRESHOLD, parse_threshold
-from numabench.results.invocations import invocation_medians
+from numabench.results.ids import current_id
+from numabench.results.invocations import INVOCATION_SOURCES, invocation_medians
 
 
 @dataclass
@@ -26,7 +36,9 @@ class SavedRun:
     path: Path
     when: str
     commit: str
-    benchmarks: dict[str, dict]
+    benchmarks: dict[str, dict]  # by today's id (numabench.results.ids.current_id)
+    key: str = ""  # the hardware key the run was measured under
+    versions: int = 1  # how many committed versions of this one run there were (history --git)
 
 
 @dataclass
@@ -35,6 +47,7 @@ class Point:
     value: float
     low: float
     high: float
+    carried: bool = False  # only invocations of earlier runs, carried forward by a merge: not measured again
 
 
 @dataclass
@@ -42,6 +55,7 @@ class Change:
     run: int
     before: float
     after: float
+    confirmed: bool = True  # False: at the newest run, no next run yet to agree
 
     @property
     def change_pct(self) -> float:
@@ -62,6 +76,23 @@ class History:
     runs: list[SavedRun]
     series: list[Series]
     threshold_pct: float
+    key: str = ""
+
+
+def _key_of(data: dict, path: Path, root: Path) -> str:
+    """The run's hardware key: as it records it, else the folder under ``root`` it lies in."""
+    key = (data.get("machine_info") or {}).get("numabench", {}).get("hardware_key")
+    if key:
+        return str(key)
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        parts = path.parts
+    return parts[0] if len(parts) > 2 else root.name
+
+
+def _benchmarks(data: dict) -> dict[str, dict]:
+    return {current_id(b["fullname"], b.get("extra_info")): b for b in data.get("benchmarks", []) if "fullname" in b}
 
 
 def load_runs(folder: str | Path) -> list[SavedRun]:
@@ -76,14 +107,15 @@ def load_runs(folder: str | Path) -> list[SavedRun]:
         except (OSError, ValueError) as e:
             raise UsageError(f"history: {f} cannot be read as a run ({e})") from None
         commit = (data.get("commit_info") or {}).get("id") or "unknown"
-        runs.append(SavedRun(f, str(data.get("datetime") or ""), commit[:12],
-                             {b["fullname"]: b for b in data.get("benchmarks", []) if "fullname" in b}))
+        runs.append(SavedRun(f, str(data.get("datetime") or ""), commit[:12], _benchmarks(data),
+                             _key_of(data, f, root)))
     return sorted(runs, key=lambda r: (r.when, r.path.name))
 
 
 def load_runs_from_git(folder: str | Path) -> list[SavedRun]:
     """Every saved run that was ever committed under ``folder`` (baselines are merged and the
-    merged files removed, so the history of a key lives in git), each once (by content)."""
+    merged files removed, so the history of a key lives in git), each once: the versions of one
+    run (same hardware key and date: relabelled, renamed) are one run, its newest version read."""
     import subprocess
 
     root = Path(folder).resolve()
@@ -101,7 +133,8 @@ def load_runs_from_git(folder: str | Path) -> list[SavedRun]:
     cwd = top
     seen: set[str] = set()
     runs = []
-    for line in git("log", "--format=%H %cI", "--", rel).splitlines():
+    by_identity: dict[tuple[str, str], SavedRun] = {}
+    for line in git("log", "--format=%H %cI", "--", rel).splitlines():  # newest commit first
         commit, when = line.split(" ", 1)
         for entry in git("ls-tree", "-r", commit, "--", rel).splitlines():
             meta, path = entry.split("\t", 1)
@@ -112,8 +145,14 @@ def load_runs_from_git(folder: str | Path) -> list[SavedRun]:
             seen.add(blob)
             data = json.loads(git("cat-file", "-p", blob))
             first_commit = (data.get("commit_info") or {}).get("id") or commit
-            runs.append(SavedRun(Path(path), str(data.get("datetime") or when), first_commit[:12],
-                                 {b["fullname"]: b for b in data.get("benchmarks", []) if "fullname" in b}))
+            key = _key_of(data, top / path, root)
+            identity = (key, str(data.get("datetime") or when))
+            if identity in by_identity:  # an older version of a run already read
+                by_identity[identity].versions += 1
+                continue
+            run = SavedRun(Path(path), identity[1], first_commit[:12], _benchmarks(data), key)
+            by_identity[identity] = run
+            runs.append(run)
     if not runs:
         raise UsageError(f"history --git: no saved run was ever committed under {rel}")
     return sorted(runs, key=lambda r: (r.when, r.path.name))
@@ -125,18 +164,34 @@ def load_runs_from_index(url: str, key: str) -> list[SavedRun]:
 
     runs = [SavedRun(Path(rid), str(run.get("datetime") or ""), ((run.get("commit_info") or {}).get("id")
                                                                   or "unknown")[:12],
-                     {b["fullname"]: b for b in run["benchmarks"] if "fullname" in b})
+                     _benchmarks(run), key)
             for rid, run in FleetIndex(url).runs(key)]
     if not runs:
         raise UsageError(f"history: no runs of hardware key {key!r} in {url}")
     return runs
 
 
-def _point(k: int, bench: dict) -> Point | None:
+def _point(k: int, bench: dict, seen: set) -> Point | None:
+    """The run's point from the invocations it adds to the series (``seen``: what earlier runs
+    held: each invocation by its source label and median, and each run's whole list of medians).
+    Labelled invocations are new when no earlier run held the same label and median; an entry
+    without labels is carried when its whole list of medians is an earlier run's. Only carried
+    invocations: the point of them all, marked carried."""
     meds = invocation_medians(bench)
     if not meds:
         return None
-    return Point(k, statistics.median(meds), min(meds), max(meds))
+    labels = (bench.get("extra_info") or {}).get(INVOCATION_SOURCES)
+    whole = ("whole", tuple(sorted(meds)))
+    if isinstance(labels, list) and len(labels) == len(meds):
+        pairs = [(str(lab), m) for lab, m in zip(labels, meds)]
+        new = [m for pair, m in zip(pairs, meds) if pair not in seen and whole not in seen]
+        seen.update(pairs)
+    else:
+        new = [] if whole in seen else meds
+    seen.add(whole)
+    if not new:
+        return Point(k, statistics.median(meds), min(meds), max(meds), carried=True)
+    return Point(k, statistics.median(new), min(new), max(new))
 
 
 def _beyond(p: Point, ref: Point, threshold_pct: float) -> int:
@@ -149,21 +204,38 @@ def _beyond(p: Point, ref: Point, threshold_pct: float) -> int:
 
 
 def change_points(points: list[Point], threshold_pct: float) -> list[Change]:
+    """Changes between consecutive measured points (carried points are not measurements); one
+    at the last measured point is unconfirmed."""
+    measured = [p for p in points if not p.carried]
     out = []
-    for i in range(1, len(points)):
-        side = _beyond(points[i], points[i - 1], threshold_pct)
+    for i in range(1, len(measured)):
+        side = _beyond(measured[i], measured[i - 1], threshold_pct)
         if side == 0:
             continue
-        if i + 1 < len(points) and _beyond(points[i + 1], points[i - 1], threshold_pct) != side:
+        last = i + 1 == len(measured)
+        if not last and _beyond(measured[i + 1], measured[i - 1], threshold_pct) != side:
             continue  # not confirmed by the next run
-        out.append(Change(points[i].run, points[i - 1].value, points[i].value))
+        out.append(Change(measured[i].run, measured[i - 1].value, measured[i].value, confirmed=not last))
     return out
 
 
 def history(folder: str | Path | None, threshold: str | float = DEFAULT_THRESHOLD, *, from_git: bool = False,
             index: str | None = None, key: str | None = None) -> History:
     """The history of the saved runs under ``folder`` (with ``from_git``: every run ever committed
-    there), or of hardware key ``key`` in the fleet index ``index``."""
+    there), or of hardware key ``key`` in the fleet index ``index``. Runs of several hardware
+    keys under ``folder``: ``key`` picks one, else a UsageError lists them (see ``histories``)."""
+    hists = histories(folder, threshold, from_git=from_git, index=index, key=key)
+    if len(hists) > 1:
+        raise UsageError(f"history: {folder} holds runs of {len(hists)} hardware keys "
+                         f"({', '.join(h.key for h in hists)}); a history is of one key: name its folder "
+                         f"(baselines/<hardware key>/) or pick one with key=")
+    return hists[0]
+
+
+def histories(folder: str | Path | None, threshold: str | float = DEFAULT_THRESHOLD, *, from_git: bool = False,
+              index: str | None = None, key: str | None = None) -> list[History]:
+    """One History per hardware key of the runs under ``folder`` (only ``key``'s where given),
+    keys in name order; or the one of ``key`` in the fleet index ``index``."""
     threshold_pct = parse_threshold(threshold)
     if index is not None:
         if folder is not None or from_git or not key:
@@ -173,32 +245,63 @@ def history(folder: str | Path | None, threshold: str | float = DEFAULT_THRESHOL
         raise UsageError("history: name a folder (baselines/<hardware key>/) or an index (--index URL)")
     else:
         runs, source = (load_runs_from_git(folder) if from_git else load_runs(folder)), str(folder)
+        keys = sorted({r.key for r in runs})
+        if key is not None:
+            if key not in keys:
+                raise UsageError(f"history: no runs of hardware key {key!r} under {folder}; keys there: "
+                                 f"{', '.join(keys)}")
+            keys = [key]
+        if len(keys) > 1:
+            return [_history(f"{source} [{k}]", [r for r in runs if r.key == k], threshold_pct, k) for k in keys]
+        runs = [r for r in runs if r.key == keys[0]]
+        key = keys[0]
+    return [_history(source, runs, threshold_pct, key or "")]
+
+
+def _history(source: str, runs: list[SavedRun], threshold_pct: float, key: str) -> History:
     names = sorted({n for r in runs for n in r.benchmarks})
     series = []
     for name in names:
-        points = [p for k, r in enumerate(runs) if name in r.benchmarks and (p := _point(k, r.benchmarks[name]))]
+        seen: set = set()
+        points = [p for k, r in enumerate(runs) if name in r.benchmarks
+                  and (p := _point(k, r.benchmarks[name], seen))]
         family = next(((r.benchmarks[name].get("extra_info") or {}).get("family", "") for r in runs
                        if name in r.benchmarks), "")
         series.append(Series(name, family, points, change_points(points, threshold_pct)))
-    return History(source, runs, series, threshold_pct)
+    return History(source, runs, series, threshold_pct, key)
 
 
 def render(hist: History, show: str = "changes") -> str:
     lines = [f"history of {hist.folder}: {len(hist.runs)} saved runs, {len(hist.series)} entries; change point: "
-             f"beyond the previous run's band by more than {hist.threshold_pct:g}%, the next run agreeing", ""]
+             f"beyond the previous run's band by more than {hist.threshold_pct:g}%, the next run agreeing "
+             "(a change at the newest run: unconfirmed); values marked * were carried forward by a merge, "
+             "not measured again, and are judged by no change point", ""]
     for k, r in enumerate(hist.runs):
-        lines.append(f"  run {k}: {r.path.name}  {r.when[:19]}  commit {r.commit}")
+        versions = f"  ({r.versions} committed versions, the newest read)" if r.versions > 1 else ""
+        lines.append(f"  run {k}: {r.path.name}  [{r.key or '?'}]  {r.when[:19]}  commit {r.commit}{versions}")
     lines.append("")
     changed = [s for s in hist.series if s.changes]
     for s in hist.series if show == "all" else changed:
-        values = " -> ".join(f"{p.value * 1e3:.4g}" for p in s.points)
+        values = " -> ".join(f"{p.value * 1e3:.4g}{'*' if p.carried else ''}" for p in s.points)
         lines.append(f"{s.name}: {values} ms")
         for c in s.changes:
             r = hist.runs[c.run]
+            note = "" if c.confirmed else "; unconfirmed: no later run yet"
             lines.append(f"  change at run {c.run} ({r.path.name}, commit {r.commit}): {c.before * 1e3:.4g} -> "
-                         f"{c.after * 1e3:.4g} ms ({c.change_pct:+.1f}%)")
-    lines += ["", f"{len(changed)} of {len(hist.series)} entries changed"]
+                         f"{c.after * 1e3:.4g} ms ({c.change_pct:+.1f}%{note})")
+    unconfirmed = sum(1 for s in changed if all(not c.confirmed for c in s.changes))
+    tail = f" ({unconfirmed} only at the newest run, unconfirmed)" if unconfirmed else ""
+    lines += ["", f"{len(changed)} of {len(hist.series)} entries changed{tail}"]
     return "\n".join(lines) + "\n"
+
+
+def render_all(hists: list[History], show: str = "changes") -> str:
+    """One section per hardware key."""
+    if len(hists) == 1:
+        return render(hists[0], show)
+    head = (f"{len(hists)} hardware keys ({', '.join(h.key for h in hists)}): one history each; runs of "
+            "different keys are never compared\n\n")
+    return head + "\n".join(render(h, show) for h in hists)
 
 
 def trend_plots(hist: History, out: str | Path) -> list[Path]:
