@@ -403,6 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "numabench plan benchmarks --numa-tier=full. PYTEST_ARGS are any of pytest's and "
                                    "numabench's options (pytest benchmarks --help lists them).")
     p.set_defaults(func=cmd_plan, pytest_args=None)
+    from numabench.publish.cli import add_parser as add_publish_parser  # numabench publish: its own package
+    add_publish_parser(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     pytest_args = None
     if argv and argv[0] == "ab" and "--" in argv:  # what follows -- selects the benchmarks

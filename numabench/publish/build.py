@@ -1,0 +1,57 @@
+"""Write the site: the pages, site.js and site.css, into one folder that opens from disk."""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from numabench.errors import UsageError
+from numabench.publish.model import Run, site_model
+from numabench.publish.pages import family_file, family_html, index_page, numa_file, numa_html
+from numabench.results.compare import DEFAULT_THRESHOLD
+
+ASSETS = ("site.js", "site.css")
+
+
+@dataclass
+class Site:
+    out: Path
+    pages: list[Path]
+    keys: int
+    runs: int
+
+
+def prepare_out(out: Path, force: bool) -> None:
+    """An empty (or new) folder; a non-empty one only with force (then emptied), so a typo
+    cannot mix a site into another folder's files."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"publish --out {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise UsageError(f"publish --out {out}: not empty; name an empty folder, or --force to replace it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def build_site(runs: list[Run], out: str | Path, *, source: str = "", threshold: str | float = DEFAULT_THRESHOLD,
+               force: bool = False) -> Site:
+    if not runs:
+        raise UsageError("publish: no runs to publish")
+    model = site_model(runs, threshold)
+    out = Path(out)
+    prepare_out(out, force)
+    written = []
+
+    def write(name: str, text: str) -> None:
+        (out / name).write_text(text, encoding="utf-8")
+        written.append(out / name)
+
+    write("index.html", index_page(model, source))
+    for key in model["keys"]:
+        for fp, fam in zip(key["family_pages"], key["families"]):
+            write(family_file(key, fam["slug"]), family_html(key, fp))
+        write(numa_file(key), numa_html(key))
+    for name in ASSETS:
+        (out / name).write_bytes(resources.files("numabench.publish").joinpath(name).read_bytes())
+    return Site(out, written, len(model["keys"]), len(runs))

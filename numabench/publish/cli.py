@@ -1,0 +1,48 @@
+"""``numabench publish`` as a subcommand: its arguments and what it does (numabench/cli.py
+registers it with one call, so the subcommand lives with the package)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from numabench.errors import UsageError
+from numabench.results.compare import DEFAULT_THRESHOLD
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("publish", help="a self-contained static site of saved runs (per hardware key and family: "
+                                       "histories with bands and change points, gate verdicts, NUMA policies, "
+                                       "weighted-interleave model and advisor, the machine of each run)")
+    p.add_argument("sources", nargs="*", help="run files and folders of saved runs (e.g. baselines results/ci/run.json)")
+    p.add_argument("--out", required=True, help="the site's folder (must be empty or new; --force replaces it)")
+    p.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
+    p.add_argument("--git", action="store_true", help="also every run ever committed under each folder named")
+    p.add_argument("--index", default=None, help="also the runs in a fleet index (http(s)://HOST:PORT/INDEX)")
+    p.add_argument("--key", action="append", default=None, help="with --index: only this hardware key (repeatable)")
+    p.add_argument("--threshold", default=DEFAULT_THRESHOLD, help="change point: beyond the previous run's band by "
+                                                                  "more than this")
+    p.set_defaults(func=cmd_publish)
+
+
+def cmd_publish(ns: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from numabench.publish.build import build_site
+    from numabench.publish.source import dedupe, runs_from_git, runs_from_index, runs_from_paths
+
+    if not ns.sources and not ns.index:
+        raise UsageError("publish: name run files or folders (e.g. baselines), or --index URL")
+    t0 = time.monotonic()
+    runs = runs_from_paths(ns.sources) if ns.sources else []
+    if ns.git:
+        for s in ns.sources:
+            if Path(s).is_dir():
+                runs += runs_from_git(s)
+    if ns.index:
+        runs += runs_from_index(ns.index, ns.key)
+    site = build_site(dedupe(runs), ns.out, source=" ".join(ns.sources + ([ns.index] if ns.index else [])),
+                      threshold=ns.threshold, force=ns.force)
+    print(f"wrote {len(site.pages)} pages for {site.keys} hardware key(s), {site.runs} run(s) in {site.out} "
+          f"({time.monotonic() - t0:.1f} s); open {site.out / 'index.html'}", file=sys.stdout)
+    return 0

@@ -1,0 +1,301 @@
+/* numabench publish: draws the site's charts from the JSON each page embeds (no library, no
+   network). A chart spec: {title, xlabel, ylabel, xlog, ylog, yscale, xticks: [[x, label]],
+   vlines: [[x, label]], series: [{name, points: [[x, y, lo, hi, tip]], line, band, marker}]}.
+   Hover shows a point's values; on a full chart the wheel zooms the x axis, a drag pans it and
+   a double click resets. When done, <body> carries data-rendered, data-charts, data-points and
+   data-label-issues (tick labels overlapping or cut off), which the browser test reads. */
+"use strict";
+(function () {
+  var NS = "http://www.w3.org/2000/svg";
+  var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    "#7f7f7f", "#bcbd22"];
+  var stats = { charts: 0, points: 0, labelIssues: 0, issues: [] };
+  var errors = [];
+  window.addEventListener("error", function (e) {
+    errors.push(String(e.message));
+    document.body.setAttribute("data-errors", errors.join(" | "));
+  });
+
+  function el(tag, attrs, parent) {
+    var n = document.createElementNS(NS, tag);
+    for (var k in attrs) n.setAttribute(k, attrs[k]);
+    if (parent) parent.appendChild(n);
+    return n;
+  }
+  function fmt(v) {
+    if (v === null || v === undefined || !isFinite(v)) return "-";
+    var a = Math.abs(v);
+    if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(2);
+    return String(Number(v.toPrecision(4)));
+  }
+  function fmtSize(v) {
+    var u = [[1e9, "G"], [1e6, "M"], [1e3, "k"]];
+    for (var i = 0; i < u.length; i++) if (Math.abs(v) >= u[i][0]) return fmt(v / u[i][0]) + u[i][1];
+    return fmt(v);
+  }
+  function tr(v, log) { return log ? Math.log10(v) : v; }
+  function niceTicks(lo, hi, n) {
+    var span = hi - lo;
+    if (!(span > 0)) return [lo];
+    var step = Math.pow(10, Math.floor(Math.log10(span / n)));
+    var err = (n * step) / span;
+    if (err <= 0.15) step *= 10; else if (err <= 0.35) step *= 5; else if (err <= 0.75) step *= 2;
+    var out = [];
+    for (var t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push(Number(t.toPrecision(12)));
+    return out;
+  }
+  function logTicks(lo, hi, n) { // lo, hi in log10 units
+    var out = [];
+    for (var e = Math.floor(lo); e <= Math.ceil(hi); e++) {
+      [1, 2, 5].forEach(function (m) {
+        var t = e + Math.log10(m);
+        if (t >= lo - 1e-9 && t <= hi + 1e-9) out.push(t);
+      });
+    }
+    if (out.length > n) out = out.filter(function (t) { return Math.abs(t - Math.round(t)) < 1e-9; });
+    if (out.length < 2) return niceTicks(lo, hi, n);
+    return out;
+  }
+
+  function extent(spec) {
+    var xs = [], ys = [];
+    spec.series.forEach(function (s) {
+      s.points.forEach(function (p) {
+        if (p[1] === null || p[0] === null) return;
+        xs.push(tr(p[0], spec.xlog));
+        [p[1], p[2], p[3]].forEach(function (v) {
+          if (v !== null && v !== undefined && (!spec.ylog || v > 0)) ys.push(tr(v, spec.ylog));
+        });
+      });
+    });
+    (spec.vlines || []).forEach(function (v) { xs.push(tr(v[0], spec.xlog)); });
+    if (!xs.length) return null;
+    var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
+    var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
+    var px = (x1 - x0) * 0.04 || 0.5, py = (y1 - y0) * 0.08 || Math.abs(y0) * 0.1 || 0.5;
+    return { x0: x0 - px, x1: x1 + px, y0: y0 - py, y1: y1 + py };
+  }
+
+  function overlaps(a, b) {
+    return a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+  }
+  function checkLabels(svg, title) {
+    // What a reader would see: tick labels that run into each other or past the chart's edge.
+    var box = svg.getBoundingClientRect();
+    ["xt", "yt"].forEach(function (cls) {
+      var rs = Array.prototype.map.call(svg.querySelectorAll("text." + cls), function (t) {
+        return t.getBoundingClientRect();
+      });
+      rs.forEach(function (r, i) {
+        if (r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5) {
+          stats.labelIssues++; stats.issues.push(title + ": label cut off");
+        }
+        for (var j = i + 1; j < rs.length; j++) if (overlaps(r, rs[j])) {
+          stats.labelIssues++; stats.issues.push(title + ": labels overlap");
+        }
+      });
+    });
+  }
+
+  var tip = null;
+  function tooltip() {
+    if (!tip) { tip = document.createElement("div"); tip.className = "tip"; document.body.appendChild(tip); }
+    return tip;
+  }
+
+  function Chart(host, spec, compact) {
+    this.host = host; this.spec = spec; this.compact = compact;
+    this.full = extent(spec);
+    this.view = this.full && { x0: this.full.x0, x1: this.full.x1 };
+    this.draw();
+    if (!compact && this.full) this.interact();
+    if (!compact) this.legend();
+  }
+  Chart.prototype.draw = function () {
+    var spec = this.spec, host = this.host, compact = this.compact;
+    var old = host.querySelector("svg");
+    if (old) host.removeChild(old);
+    var W = Math.max(host.clientWidth || 0, compact ? 120 : 320), H = compact ? 34 : 280;
+    var m = compact ? { l: 3, r: 3, t: 3, b: 3 } : { l: 62, r: 14, t: 12, b: 42 };
+    var svg = el("svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, "class": "chart" });
+    host.insertBefore(svg, host.firstChild);
+    this.svg = svg;
+    if (!this.full) { el("text", { x: 8, y: H / 2, "class": "empty" }, svg).textContent = "no data"; return; }
+    var v = this.view, f = this.full, ys = spec.yscale || 1;
+    var pw = W - m.l - m.r, ph = H - m.t - m.b;
+    var X = function (x) { return m.l + (tr(x, spec.xlog) - v.x0) / (v.x1 - v.x0) * pw; };
+    var Y = function (y) { return m.t + ph - (tr(y, spec.ylog) - f.y0) / (f.y1 - f.y0) * ph; };
+    this.X = X; this.Y = Y; this.m = m; this.pw = pw; this.ph = ph;
+    var id = "c" + Math.random().toString(36).slice(2);
+    el("rect", { x: m.l, y: m.t, width: pw, height: ph }, el("clipPath", { id: id }, el("defs", {}, svg)));
+    if (!compact) {
+      var yt = spec.ylog ? logTicks(f.y0, f.y1, Math.max(2, ph / 40)) : niceTicks(f.y0, f.y1, Math.max(2, ph / 40));
+      yt.forEach(function (t) {
+        var y = m.t + ph - (t - f.y0) / (f.y1 - f.y0) * ph;
+        if (y < m.t - 1 || y > m.t + ph + 1) return;
+        el("line", { x1: m.l, x2: m.l + pw, y1: y, y2: y, "class": "grid" }, svg);
+        el("text", { x: m.l - 5, y: y + 4, "class": "yt", "text-anchor": "end" }, svg).textContent =
+          fmt((spec.ylog ? Math.pow(10, t) : t) * ys);
+      });
+      var xt;
+      if (spec.xticks) {
+        xt = spec.xticks.filter(function (t) { var x = tr(t[0], spec.xlog); return x >= v.x0 && x <= v.x1; });
+        // one label per slot wide enough for the longest one: none run into each other
+        var longest = Math.max.apply(null, xt.map(function (t) { return String(t[1]).length; }).concat([1]));
+        var every = Math.max(1, Math.ceil(xt.length * (longest * 6.6 + 10) / pw));
+        xt = xt.filter(function (t, i) { return i % every === 0; });
+      } else {
+        var raw = spec.xlog ? logTicks(v.x0, v.x1, Math.max(2, pw / 90)) : niceTicks(v.x0, v.x1, Math.max(2, pw / 90));
+        xt = raw.map(function (t) { var x = spec.xlog ? Math.pow(10, t) : t; return [x, spec.xlog ? fmtSize(x) : fmt(x)]; });
+      }
+      xt.forEach(function (t) {
+        var x = X(t[0]);
+        if (x < m.l - 1 || x > m.l + pw + 1) return;
+        el("line", { x1: x, x2: x, y1: m.t, y2: m.t + ph, "class": "grid" }, svg);
+        var anchor = x - m.l < 30 ? "start" : (m.l + pw - x < 30 ? "end" : "middle");
+        el("text", { x: x, y: m.t + ph + 15, "class": "xt", "text-anchor": anchor }, svg).textContent = t[1];
+      });
+      el("rect", { x: m.l, y: m.t, width: pw, height: ph, "class": "frame" }, svg);
+      el("text", { x: m.l + pw / 2, y: H - 6, "class": "axis", "text-anchor": "middle" }, svg).textContent = spec.xlabel || "";
+      el("text", { x: 12, y: m.t + ph / 2, "class": "axis", "text-anchor": "middle",
+        transform: "rotate(-90 12 " + (m.t + ph / 2) + ")" }, svg).textContent = spec.ylabel || "";
+    }
+    var plot = el("g", { "clip-path": "url(#" + id + ")" }, svg);
+    (spec.vlines || []).forEach(function (vl) {
+      var x = X(vl[0]);
+      el("line", { x1: x, x2: x, y1: m.t, y2: m.t + ph, "class": "change" }, plot);
+      if (!compact) el("title", {}, el("rect", { x: x - 3, y: m.t, width: 6, height: ph, "class": "hit" }, plot))
+        .textContent = vl[1];
+    });
+    var pts = [];
+    spec.series.forEach(function (s, si) {
+      var c = s.color || COLORS[si % COLORS.length];
+      var P = s.points.filter(function (p) { return p[1] !== null && (!spec.ylog || p[1] > 0); });
+      if (s.band && P.length) {
+        var up = P.map(function (p) { return X(p[0]) + "," + Y(p[3] !== undefined && p[3] !== null ? p[3] : p[1]); });
+        var dn = P.slice().reverse().map(function (p) { return X(p[0]) + "," + Y(p[2] !== undefined && p[2] !== null ? p[2] : p[1]); });
+        el("polygon", { points: up.concat(dn).join(" "), fill: c, "class": "band" }, plot);
+      }
+      P.forEach(function (p) {
+        if (p[2] !== undefined && p[2] !== null && p[3] !== null && p[3] !== undefined && p[3] > p[2])
+          el("line", { x1: X(p[0]), x2: X(p[0]), y1: Y(p[2]), y2: Y(p[3]), stroke: c, "class": "err" }, plot);
+      });
+      if (s.line !== false && P.length > 1)
+        el("polyline", { points: P.map(function (p) { return X(p[0]) + "," + Y(p[1]); }).join(" "), stroke: c,
+          "class": "line" }, plot);
+      if (s.marker !== "none") P.forEach(function (p) {
+        el("circle", { cx: X(p[0]), cy: Y(p[1]), r: compact ? 1.8 : 3.2, fill: s.marker === "hollow" ? "#fff" : c,
+          stroke: c, "class": "pt" }, plot);
+      });
+      P.forEach(function (p) { pts.push({ s: s, c: c, p: p }); });
+    });
+    this.pts = pts;
+    stats.points += pts.length;
+    if (!compact) checkLabels(svg, spec.title || "chart");
+    this.hover();
+  };
+  Chart.prototype.hover = function () {
+    var self = this, spec = this.spec, ys = spec.yscale || 1;
+    this.svg.addEventListener("mousemove", function (ev) {
+      var r = self.svg.getBoundingClientRect(), mx = ev.clientX - r.left, my = ev.clientY - r.top, best = null, bd = 400;
+      self.pts.forEach(function (q) {
+        var dx = self.X(q.p[0]) - mx, dy = self.Y(q.p[1]) - my, d = dx * dx + dy * dy;
+        if (d < bd) { bd = d; best = q; }
+      });
+      var t = tooltip();
+      if (!best) { t.style.display = "none"; return; }
+      var p = best.p, xl = spec.xticks ? (spec.xticks.filter(function (k) { return k[0] === p[0]; })[0] || [0, fmt(p[0])])[1]
+        : (spec.xlog ? fmtSize(p[0]) : fmt(p[0]));
+      var lines = ["<b>" + best.s.name + "</b>", (spec.xlabel || "x") + ": " + xl, (spec.ylabel || "y") + ": " + fmt(p[1] * ys)];
+      if (p[2] !== undefined && p[2] !== null && p[3] !== null && p[3] !== undefined)
+        lines.push("band: " + fmt(p[2] * ys) + " to " + fmt(p[3] * ys));
+      if (p[4]) lines.push(p[4]);
+      t.innerHTML = lines.join("<br>");
+      t.style.display = "block";
+      t.style.left = Math.min(ev.pageX + 14, window.scrollX + document.documentElement.clientWidth - 280) + "px";
+      t.style.top = (ev.pageY + 12) + "px";
+    });
+    this.svg.addEventListener("mouseleave", function () { tooltip().style.display = "none"; });
+  };
+  Chart.prototype.interact = function () {
+    var self = this, drag = null;
+    this.host.addEventListener("wheel", function (ev) {
+      ev.preventDefault();
+      var r = self.svg.getBoundingClientRect(), v = self.view;
+      var fx = Math.min(1, Math.max(0, (ev.clientX - r.left - self.m.l) / self.pw));
+      var at = v.x0 + fx * (v.x1 - v.x0), k = ev.deltaY < 0 ? 0.8 : 1.25;
+      var span = Math.min(self.full.x1 - self.full.x0, (v.x1 - v.x0) * k);
+      self.view = { x0: at - fx * span, x1: at - fx * span + span };
+      self.clamp(); self.draw();
+    }, { passive: false });
+    this.host.addEventListener("mousedown", function (ev) { drag = { x: ev.clientX, v: self.view }; ev.preventDefault(); });
+    window.addEventListener("mouseup", function () { drag = null; });
+    window.addEventListener("mousemove", function (ev) {
+      if (!drag) return;
+      var d = (ev.clientX - drag.x) / self.pw * (drag.v.x1 - drag.v.x0);
+      self.view = { x0: drag.v.x0 - d, x1: drag.v.x1 - d };
+      self.clamp(); self.draw();
+    });
+    this.host.addEventListener("dblclick", function () { self.view = { x0: self.full.x0, x1: self.full.x1 }; self.draw(); });
+  };
+  Chart.prototype.clamp = function () {
+    var v = this.view, f = this.full, span = v.x1 - v.x0;
+    if (v.x0 < f.x0) { v.x0 = f.x0; v.x1 = f.x0 + span; }
+    if (v.x1 > f.x1) { v.x1 = f.x1; v.x0 = f.x1 - span; }
+  };
+  Chart.prototype.legend = function () {
+    var spec = this.spec;
+    if (spec.series.length < 2 && !(spec.vlines || []).length) return;
+    var d = document.createElement("div");
+    d.className = "legend";
+    spec.series.forEach(function (s, si) {
+      var c = s.color || COLORS[si % COLORS.length], i = document.createElement("span");
+      i.innerHTML = '<i style="background:' + c + '"></i>';
+      i.appendChild(document.createTextNode(s.name));
+      d.appendChild(i);
+    });
+    if ((spec.vlines || []).length) {
+      var i = document.createElement("span");
+      i.innerHTML = '<i class="chg"></i>change point';
+      d.appendChild(i);
+    }
+    this.host.appendChild(d);
+  };
+
+  function data() {
+    var n = document.getElementById("site-data");
+    return n ? JSON.parse(n.textContent) : { charts: [] };
+  }
+  function render() {
+    var d = data(), charts = d.charts || [];
+    document.querySelectorAll("[data-chart]").forEach(function (host) {
+      var spec = charts[Number(host.getAttribute("data-chart"))];
+      if (!spec) throw new Error("no chart spec " + host.getAttribute("data-chart"));
+      new Chart(host, spec, host.classList.contains("spark"));
+      stats.charts++;
+    });
+    var detail = document.getElementById("detail");
+    if (detail) {
+      var show = function (k) {
+        var spec = charts[k];
+        detail.innerHTML = "";
+        document.getElementById("detail-title").textContent = spec.title;
+        new Chart(detail, spec, false);
+        document.querySelectorAll("tr.sel").forEach(function (r) { r.classList.remove("sel"); });
+        var row = document.querySelector('tr[data-entry="' + k + '"]');
+        if (row) row.classList.add("sel");
+      };
+      document.querySelectorAll("tr[data-entry]").forEach(function (row) {
+        row.addEventListener("click", function () { show(Number(row.getAttribute("data-entry"))); });
+      });
+      show(d.first || 0);
+      stats.charts++;
+    }
+    document.body.setAttribute("data-charts", stats.charts);
+    document.body.setAttribute("data-points", stats.points);
+    document.body.setAttribute("data-label-issues", stats.labelIssues);
+    if (stats.issues.length) document.body.setAttribute("data-label-issue-list", stats.issues.slice(0, 5).join(" | "));
+    document.body.setAttribute("data-rendered", "ok");
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", render); else render();
+})();

@@ -1,0 +1,96 @@
+"""Where the site's runs come from, each as (label, run dict): run files and folders of them,
+every run ever committed under a folder (git), or a fleet index. Any other source plugs in by
+producing the same list."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from numabench.errors import UsageError
+from numabench.results.seed_csv import load_run
+
+Run = tuple[str, dict]
+
+
+def _run_files(root: Path) -> list[Path]:
+    return sorted(root.glob("**/[0-9][0-9][0-9][0-9]_*.json"))
+
+
+def runs_from_paths(paths: list[str | Path]) -> list[Run]:
+    """Run files as named, and every saved run (NNNN_name.json) under each folder named."""
+    out: list[Run] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files = _run_files(p)
+            if not files:
+                raise UsageError(f"publish: no saved runs (NNNN_name.json) under {p}")
+            out += [(f.name, load_run(f)) for f in files]
+        elif p.exists():
+            out.append((p.name, load_run(p)))
+        else:
+            raise UsageError(f"publish: {p} does not exist: allowed a run file or a folder of saved runs")
+    return out
+
+
+def _git(cwd: Path, *args: str, what: str) -> str:
+    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise UsageError(f"publish --git: git {args[0]} failed for {what}: {res.stderr.strip()[:200]}")
+    return res.stdout
+
+
+def runs_from_git(folder: str | Path) -> list[Run]:
+    """Every saved run ever committed under ``folder``, each once (by content): baselines are
+    merged and the merged files removed, so a key's history lives in git, not in the tree."""
+    root = Path(folder).resolve()
+    if not root.is_dir():
+        raise UsageError(f"publish --git: {folder} is not a folder")
+    top = Path(_git(root, "rev-parse", "--show-toplevel", what=str(folder)).strip())
+    rel = str(root.relative_to(top))
+    seen: set[str] = set()
+    out: list[Run] = []
+    for line in _git(top, "log", "--format=%H", "--", rel, what=rel).split():
+        for item in _git(top, "ls-tree", "-r", line, "--", rel, what=rel).splitlines():
+            meta, path = item.split("\t", 1)
+            blob, name = meta.split()[2], Path(path).name
+            if blob in seen or not (name[:4].isdigit() and name.endswith(".json")):
+                continue
+            seen.add(blob)
+            try:
+                data = json.loads(_git(top, "cat-file", "-p", blob, what=path))
+            except ValueError:
+                continue  # a committed file that is not a run: the site shows what can be read
+            if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
+                data.setdefault("commit_info", {}).setdefault("id", line)
+                out.append((f"{name}@{line[:8]}", data))
+    if not out:
+        raise UsageError(f"publish --git: no saved run was ever committed under {rel}")
+    return out
+
+
+def runs_from_index(url: str, keys: list[str] | None = None) -> list[Run]:
+    """The runs of ``keys`` (default: every key) in a fleet index (numabench fleet)."""
+    from numabench.results.fleet import FleetIndex
+
+    index = FleetIndex(url)
+    out: list[Run] = []
+    for key in keys or index.keys():
+        out += [(rid, run) for rid, run in index.runs(key)]
+    if not out:
+        raise UsageError(f"publish: no runs in {url}")
+    return out
+
+
+def dedupe(runs: list[Run]) -> list[Run]:
+    """One copy of each run (the same file from the tree and from git)."""
+    seen: set[str] = set()
+    out = []
+    for label, run in runs:
+        sig = json.dumps([run.get("datetime"), (run.get("commit_info") or {}).get("id"),
+                          len(run.get("benchmarks", [])),
+                          ((run.get("machine_info") or {}).get("numabench") or {}).get("hardware_key")])
+        if sig not in seen:
+            seen.add(sig)
+            out.append((label, run))
+    return out
