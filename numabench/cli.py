@@ -236,6 +236,17 @@ def cmd_merge(ns: argparse.Namespace) -> int:
 def cmd_learn(ns: argparse.Namespace) -> int:
     from numabench.results.window import learn
 
+    from numabench.results.fleet_pg import is_postgres_url
+
+    if is_postgres_url(ns.window):
+        from numabench.results.window import learn_fleet
+
+        fres = learn_fleet(ns.window, ns.run, keep=ns.keep, seed=ns.seed)
+        print(f"{fres.url} [{fres.key}]: " + (f"run {fres.learnt} stored" if fres.learnt else "run stored before")
+              + (f" (the window started from {fres.seeded})" if fres.seeded else "")
+              + f"; the window: the newest {len(fres.members)} passing runs, {fres.entries} entries (pull it with "
+                f"numabench fleet pull --passed --last {ns.keep})")
+        return 0
     res = learn(ns.window, ns.run, keep=ns.keep, seed=ns.seed)
     print(f"{res.folder}: {len(res.members)} runs ({', '.join(res.members)})"
           + (f"; dropped {', '.join(res.dropped)}" if res.dropped else "")
@@ -243,34 +254,57 @@ def cmd_learn(ns: argparse.Namespace) -> int:
     return 0
 
 
+def fleet_url(given: str | None) -> str:
+    """--index, else $NUMABENCH_FLEET_URL (how a CI job names its fleet's database)."""
+    url = given or os.environ.get("NUMABENCH_FLEET_URL")
+    if not url:
+        raise UsageError("name the fleet's store: --index URL or NUMABENCH_FLEET_URL (postgresql://[USER@]HOST[:PORT]/"
+                         "DBNAME, postgresql:///?service=NAME, or an Elasticsearch/OpenSearch http(s)://HOST:PORT/INDEX)")
+    return url
+
+
 def cmd_fleet(ns: argparse.Namespace) -> int:
-    from numabench.results.fleet import FleetIndex
+    from numabench.results.fleet import FleetIndex, open_fleet
     from numabench.results.seed_csv import load_run
 
     if ns.last is not None and ns.last < 1:
         raise UsageError(f"--last={ns.last}: allowed an integer >= 1 (the newest runs to pull)")
-    index = FleetIndex(ns.index)
-    if ns.action == "push":
-        for path in ns.runs:
-            rid, count = index.push(load_run(path))
-            print(f"{path}: {count} entries in {index.url} as run {rid}")
-        return 0
-    if ns.action == "keys":
-        print("\n".join(index.keys()))
-        return 0
-    if ns.runs:
-        raise UsageError("fleet pull takes no run files: name the output with --output")
-    if not ns.output:
-        raise UsageError("fleet pull needs --output FILE (the baseline to write)")
-    key = ns.key if ns.key is not None else this_machine_key()
-    from numabench.results.merge import write_run
+    store = open_fleet(fleet_url(ns.index))
+    shown = store.url if isinstance(store, FleetIndex) else store.shown
+    try:
+        if ns.action == "push":
+            if not ns.runs:
+                raise UsageError("fleet push needs saved run files (with --benchmark-save-data)")
+            for path in ns.runs:
+                if isinstance(store, FleetIndex):
+                    rid, count = store.push(load_run(path))
+                    print(f"{path}: {count} entries in {shown} as run {rid}")
+                else:
+                    rid, count, new = store.push(load_run(path), Path(path).name)
+                    print(f"{path}: {count} entries in {shown} as run {rid}" + ("" if new else " (stored before: kept once)"))
+            return 0
+        if ns.action == "keys":
+            print("\n".join(store.keys()))
+            return 0
+        if ns.runs:
+            raise UsageError("fleet pull takes no run files: name the output with --output")
+        if not ns.output:
+            raise UsageError("fleet pull needs --output FILE (the baseline to write)")
+        key = ns.key if ns.key is not None else this_machine_key()
+        from numabench.results.merge import write_run
 
-    res = index.pull(key, ns.last)
-    path = write_run(res.run, ns.output)
-    print(f"{path}: {len(res.run['benchmarks'])} benchmarks from {len(res.run['numabench_merged_from'])} runs of "
-          f"{key} in {index.url}" + (f"; {len(res.again)} measured by several runs, their invocations pooled"
+        if ns.passed and isinstance(store, FleetIndex):
+            raise UsageError("--passed: allowed with a PostgreSQL database only (an index keeps no verdicts)")
+        res = store.pull(key, ns.last) if isinstance(store, FleetIndex) else store.pull(key, ns.last,
+                                                                                         passed_only=ns.passed)
+        path = write_run(res.run, ns.output)
+        print(f"{path}: {len(res.run['benchmarks'])} benchmarks from {len(res.run['numabench_merged_from'])} runs of "
+              f"{key} in {shown}" + (f"; {len(res.again)} measured by several runs, their invocations pooled"
                                      if res.again else ""))
-    return 0
+        return 0
+    finally:
+        if not isinstance(store, FleetIndex):
+            store.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -326,8 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("history", help="the saved runs of a hardware key in time order: per entry its series and "
                                        "change points (the gate's rule between consecutive runs)")
     p.add_argument("folder", nargs="?", default=None, help="baselines/<hardware key>/ (every saved run below it)")
-    p.add_argument("--index", default=None, help="instead of a folder: the runs in a fleet's index "
-                                                 "(http(s)://HOST:PORT/INDEX, see numabench fleet)")
+    p.add_argument("--index", default=None, help="instead of a folder: the runs in a fleet's store "
+                                                 "(postgresql://... or http(s)://HOST:PORT/INDEX, see numabench fleet)")
     p.add_argument("--key", default=None, help="with --index: this hardware key (default: this machine's); with a "
                                                "folder: only this key's runs (default: one history per key)")
     p.add_argument("--threshold", default=DEFAULT_THRESHOLD, help="beyond the previous run's band by more than this")
@@ -370,19 +404,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      "--keep runs, oldest out), so its bands learn how runners of the key differ")
     p.add_argument("run", help="the gated run (--benchmark-json with --benchmark-save-data); refused if it holds a "
                                "confirmed regression")
-    p.add_argument("--window", required=True, help="the window's folder (created; kept as a CI cache or artifact)")
+    p.add_argument("--window", required=True, help="the window's folder (created; kept as a CI cache or artifact), or "
+                                                   "a fleet's PostgreSQL database (postgresql://...: the run is pushed)")
     p.add_argument("--keep", type=int, default=10, help="runs the window keeps (default 10)")
     p.add_argument("--seed", default=None, help="what a new window starts from: a run file, or a baselines folder "
                                                 "(the newest committed run of the run's hardware key)")
     p.set_defaults(func=cmd_learn)
-    p = sub.add_parser("fleet", help="runs of many runners in one Elasticsearch/OpenSearch index: push saved runs, "
+    p = sub.add_parser("fleet", help="runs of many runners in one PostgreSQL database (or Elasticsearch/OpenSearch "
+                                     "index): push saved runs, "
                                      "pull the newest runs of a hardware key as one baseline (invocations pooled)")
     p.add_argument("action", choices=("push", "pull", "keys"))
     p.add_argument("runs", nargs="*", help="push: saved runs (with --benchmark-save-data)")
-    p.add_argument("--index", required=True, help="http(s)://HOST:PORT/INDEX")
+    p.add_argument("--index", default=None, help="postgresql://[USER@]HOST[:PORT]/DBNAME (password from PGPASSWORD, "
+                                                 "PGSERVICEFILE or ~/.pgpass, never here) or http(s)://HOST:PORT/INDEX;"
+                                                 " default $NUMABENCH_FLEET_URL")
     p.add_argument("--key", default=None, help="pull: this hardware key (default: this machine's)")
     p.add_argument("--last", type=int, default=None, help="pull: only the newest N runs (default: all)")
     p.add_argument("--output", default=None, help="pull: the baseline file to write (never overwritten)")
+    p.add_argument("--passed", action="store_true", help="pull (PostgreSQL): only runs without a confirmed regression "
+                                                         "(the rolling window that numabench learn keeps there)")
     p.set_defaults(func=cmd_fleet)
     p = sub.add_parser("ab", help="A/B two git revisions on this machine: alternating fresh invocations, a "
                                   "bootstrap interval per entry; exit 1 where it lies beyond the threshold",

@@ -22,11 +22,14 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from numabench.errors import UsageError
 from numabench.machine.hwkey import run_hardware_key
 from numabench.results.merge import MergeResult, merge_loaded
+
+if TYPE_CHECKING:
+    from numabench.results.fleet_pg import FleetDB
 
 RUN_FIELDS = ("machine_info", "commit_info", "datetime", "version")  # pytest-benchmark copies these into each doc
 KEY_FIELD = "numabench_hardware_key"
@@ -172,3 +175,21 @@ class FleetError(UsageError):
     def __init__(self, message: str, status: int | None, detail: str) -> None:
         super().__init__(message)
         self.status, self.detail = status, detail
+
+
+def open_fleet(url: str) -> "FleetIndex | FleetDB":
+    """The fleet store at ``url``: a PostgreSQL database (postgresql://, numabench.results.fleet_pg)
+    or an Elasticsearch/OpenSearch index (http(s)://)."""
+    from numabench.results.fleet_pg import FleetDB, is_postgres_url
+
+    return FleetDB(url) if is_postgres_url(url) else FleetIndex(url)
+
+
+def fleet_runs(url: str, key: str) -> list[tuple[str, dict]]:
+    """The runs of hardware key ``key`` at ``url`` (either store) as (name, run dict), oldest first."""
+    store = open_fleet(url)
+    try:
+        return store.runs(key)
+    finally:
+        if hasattr(store, "close"):
+            store.close()

@@ -160,14 +160,15 @@ def load_runs_from_git(folder: str | Path) -> list[SavedRun]:
 
 def load_runs_from_index(url: str, key: str) -> list[SavedRun]:
     """The runs of hardware key ``key`` in a fleet's index (numabench.results.fleet), oldest first."""
-    from numabench.results.fleet import FleetIndex
+    from numabench.results.fleet import fleet_runs  # an index, or a PostgreSQL database (postgresql://)
+    from numabench.results.fleet_pg import redact
 
     runs = [SavedRun(Path(rid), str(run.get("datetime") or ""), ((run.get("commit_info") or {}).get("id")
                                                                   or "unknown")[:12],
                      _benchmarks(run), key)
-            for rid, run in FleetIndex(url).runs(key)]
+            for rid, run in fleet_runs(url, key)]
     if not runs:
-        raise UsageError(f"history: no runs of hardware key {key!r} in {url}")
+        raise UsageError(f"history: no runs of hardware key {key!r} in {redact(url)}")
     return runs
 
 

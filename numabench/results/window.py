@@ -154,3 +154,41 @@ def _replace(path: Path, run: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(run, indent=1))
     os.replace(tmp, path)
+
+
+@dataclass
+class FleetWindowResult:
+    url: str  # redacted
+    key: str
+    learnt: str | None  # the run id stored now (None: it was stored before)
+    seeded: str | None  # the seed's run id where the key's window started now
+    members: list[str]  # labels of the runs the window holds now (the newest ``keep`` passing runs), oldest first
+    entries: int
+
+
+def learn_fleet(url: str, run_path: str | Path, *, keep: int = DEFAULT_KEEP,
+                seed: str | Path | None = None) -> FleetWindowResult:
+    """``learn`` for a fleet whose window is kept in a PostgreSQL database (numabench.results.fleet_pg):
+    the run is pushed (refused on the same grounds as a folder's member) and the window is the newest
+    ``keep`` passing runs of its hardware key there, which ``numabench fleet pull --passed --last
+    KEEP`` pulls. A key without passing runs there starts from ``seed`` (as a new folder does)."""
+    from numabench.results.fleet_pg import FleetDB
+
+    if keep < 1:
+        raise UsageError(f"--keep {keep}: allowed an integer >= 1")
+    run_path = Path(run_path)
+    run = load_run(run_path)
+    key = run_hardware_key(run)
+    _check_member(run, str(run_path), key)
+    with FleetDB(url) as db:
+        seeded = None
+        if seed is not None and not db.runs(key, 1, passed_only=True):
+            seed_path = _seed_file(Path(seed), run)
+            seed_run = load_run(seed_path)
+            _check_member(seed_run, f"seed {seed_path}", key)
+            seeded = db.push(_without_gate(seed_run), Path(seed_path).name)[0]
+        rid, _count, new = db.push(_without_gate(run), run_path.name)
+        window = db.pull(key, keep, passed_only=True)
+        members_now = [m["file"] for m in window.run["numabench_merged_from"]]
+        return FleetWindowResult(db.shown, key, rid if new else None, seeded, members_now,
+                                 len(window.run["benchmarks"]))
