@@ -189,6 +189,7 @@ def test_guest_setup_unusable_cache_folder_fails_in_one_line(tmp_path):
 def _ci_test_box(tmp_path: Path) -> Sandbox:
     box = Sandbox(tmp_path, ".ci/test", ".ci/guest/setup")
     _exe(box.repo / ".ci" / "setup", "#!/bin/sh\nexit 0\n")
+    _exe(box.repo / ".ci" / "fleet-setup", "#!/bin/sh\nexit 0\n")  # PostgreSQL for tests/test_fleet_pg.py
     return box
 
 
