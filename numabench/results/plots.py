@@ -10,7 +10,15 @@ series axis (policy, or impl/schedule where the run has one policy):
   phase; bind to either node and plain interleave over the same nodes are the
   100 %, 0 % and 50 % points where the run has them (``report A.json B.json``
   combines a plain and a weighted run into one 0-100 % curve). Times are absolute,
-  on a log axis.
+  on a log axis. A gap between measured ratios wider than ``MAX_JOIN_PP`` points is
+  shaded as not measured, never joined by a line (a straight line there is no prediction).
+
+Plots carry the flags their tables do (tables.Entry.flag): a value faster than the machine can
+move the bytes ('!') or whose ceiling is unknown ('?', an unknown GPU model) is drawn hatched
+(bars) or ringed (points), marked with its sign, and explained in a note under the figure; it
+is drawn, not left out, so the figure and the table show the same cells. Bandwidth of runs of
+several GPUs is the sum over their GPUs, and the axis says so. ``overlapping_labels(fig)`` lists
+the pairs of text labels of a figure that overlap (for tests, and for any other figure maker).
 
 Every function returns the paths it wrote.
 """
@@ -33,6 +41,14 @@ from numabench.results.tables import (
     series_label,
     varying,
 )
+
+FLAG_NOTES = {"!": "! hatched/ringed: faster than this machine can move the bytes (its measured ceiling, or the GPU's "
+                    "nominal memory or PCIe Gen5 bandwidth): not a real bandwidth",
+              "?": "? dotted/ringed: GPU model unknown: bandwidth ceiling unknown, value not checked"}
+FLAG_STYLE = {"!": {"hatch": "///", "edgecolor": "red", "color": "red"},
+              "?": {"hatch": "...", "edgecolor": "darkorange", "color": "darkorange"}}
+FLAG_GID = "numabench-flag"  # the one-character flag marks beside points: overlapping_labels leaves them out
+MAX_JOIN_PP = 20.0  # weighted plots: measured ratios further apart than this are not joined by a line
 
 FIG_AXES = ("nprocess", "dtype", "impl", "schedule", "kernel")
 PHASE_TITLES = {"h2d": "H2D (host to device)", "d2h": "D2H (device to host)", "compute": "compute (GPU Adam)",
@@ -128,6 +144,80 @@ def _shared_legend(fig, axs, title: str, cpuless: set[int] | None = None) -> Non
                    frameon=False)
 
 
+def _renderer(fig):
+    """An Agg renderer of ``fig`` after a draw (ticks and layout up to date)."""
+    if not hasattr(fig.canvas, "get_renderer"):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+def overlapping_labels(fig, min_gap_px: float = 0.0) -> list[tuple[str, str]]:
+    """Pairs of visible, non-empty text labels of ``fig`` whose boxes overlap (closer than
+    ``min_gap_px``): tick labels, titles, axis labels, legend texts, annotations (not the flag
+    marks beside points, gid FLAG_GID). Renders with Agg (a closed figure too)."""
+    from matplotlib.text import Text
+
+    renderer = _renderer(fig)
+    boxes = []
+    seen: set[int] = set()
+    for t in fig.findobj(Text):
+        if id(t) in seen or not t.get_visible() or not t.get_text().strip() or t.get_gid() == FLAG_GID:
+            continue
+        seen.add(id(t))
+        if t.axes is not None and not t.axes.get_visible():
+            continue
+        bb = t.get_window_extent(renderer)
+        if bb.width <= 0 or bb.height <= 0:
+            continue
+        boxes.append((t.get_text(), bb.expanded(1, 1).padded(min_gap_px / 2)))
+    out = []
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            a, b = boxes[i][1], boxes[j][1]
+            if a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1:
+                out.append((boxes[i][0], boxes[j][0]))
+    return out
+
+
+def covered_points(fig) -> list[tuple[float, float]]:
+    """Data points (of lines and error bars) that a legend box of ``fig`` covers, in display pixels."""
+    renderer = _renderer(fig)
+    legends = [lg for ax in fig.axes for lg in [ax.get_legend()] if lg is not None] + list(fig.legends)
+    boxes = [lg.get_window_extent(renderer) for lg in legends]
+    out = []
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if not line.get_visible() or line.get_marker() in (None, "None", "", " "):
+                continue
+            for x, y in ax.transData.transform(line.get_xydata()):
+                if any(b.contains(x, y) for b in boxes):
+                    out.append((float(x), float(y)))
+    return out
+
+
+def _flag_points(ax, pts: list[tuple[float, float, str]]) -> None:
+    """Ring and sign each flagged point (x, y, flag)."""
+    for x, y, flag in pts:
+        if not flag:
+            continue
+        st = FLAG_STYLE[flag]
+        ax.plot([x], [y], marker="o", markersize=11, markerfacecolor="none", markeredgecolor=st["color"],
+                markeredgewidth=1.5, linestyle="none", zorder=5)
+        ax.annotate(flag, (x, y), xytext=(5, 5), textcoords="offset points", color=st["color"], fontsize=9,
+                    fontweight="bold", gid=FLAG_GID)
+
+
+def _flag_note(fig, es: list[Entry]) -> None:
+    """The note under a figure explaining the flags its entries carry."""
+    flags = sorted({e.flag for e in es if e.flag})
+    if flags:
+        fig.text(0.01, 0.0, "\n".join(FLAG_NOTES[f] for f in flags), fontsize=8, ha="left", va="top",
+                 color="dimgray")
+
+
 def _save(fig, path: Path, top_legend: bool = True) -> Path:
     fig.tight_layout(rect=(0, 0, 1, 1 - (0.75 if top_legend else 0.1) / fig.get_figheight()))
     # tight bounds: a title or legend outside the axes is never cut off
@@ -172,6 +262,7 @@ def latency_plots(run: dict, out: Path, family: str | None = None, where: dict |
                 ys = [e.median_s * 1e3 for e in pts]
                 err = [0 if e.stddev_s is None else e.stddev_s * 1e3 for e in pts]
                 ax.errorbar(xs, ys, yerr=err, marker="o", markersize=4, capsize=2, linewidth=1.4, label=label)
+                _flag_points(ax, [(x, y, e.flag) for x, y, e in zip(xs, ys, pts)])
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_title(phase_title(fam, phase))
@@ -182,6 +273,7 @@ def latency_plots(run: dict, out: Path, family: str | None = None, where: dict |
             ax.set_xticks(sizes, [format_size(s) for s in sizes])
             ax.minorticks_off() if len(sizes) > 1 else None
         _shared_legend(fig, axs, _legend_title(series_axes), cpuless_nodes(run))
+        _flag_note(fig, ges)
         name = f"{_slug(fam)}_latency" + (f"_{_slug(desc)}" if desc else "") + ".png"
         written.append(_save(fig, out / name))
     return written
@@ -210,17 +302,50 @@ def bandwidth_plots(run: dict, out: Path, family: str | None = None, where: dict
             for i, label in enumerate(labels):
                 by_size = {e.get("numel"): e for e in pes if series_label(e, series_axes) == label}
                 xs = [j + (i - (len(labels) - 1) / 2) * width for j, s in enumerate(sizes) if s in by_size]
-                ys = [by_size[s].gbps for s in sizes if s in by_size]
-                ax.bar(xs, ys, width=width * 0.95, label=label)
+                bes = [by_size[s] for s in sizes if s in by_size]
+                ys = [e.gbps for e in bes]
+                bars = ax.bar(xs, ys, width=width * 0.95, label=label)
+                for bar, e in zip(bars, bes):
+                    if e.flag:
+                        st = FLAG_STYLE[e.flag]
+                        bar.set_hatch(st["hatch"])
+                        bar.set_edgecolor(st["edgecolor"])
+                        ax.annotate(e.flag, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
+                                    textcoords="offset points", ha="center", va="bottom", color=st["color"],
+                                    fontsize=9, fontweight="bold", gid=FLAG_GID)
             ax.set_xticks(range(len(sizes)), [format_size(s) for s in sizes])
             ax.set_title(phase_title(fam, phase))
             ax.set_xlabel(size_label(fam))
-            ax.set_ylabel("bandwidth (GB/s, from the " + ("mean)" if all(e.mean_only for e in pes) else "median)"))
+            ax.set_ylabel(bandwidth_label(pes))
+            ax.margins(y=0.1)
             ax.grid(True, axis="y", alpha=0.3)
         _shared_legend(fig, axs, _legend_title(series_axes), cpuless_nodes(run))
+        _flag_note(fig, ges)
         name = f"{_slug(fam)}_bandwidth" + (f"_{_slug(desc)}" if desc else "") + ".png"
         written.append(_save(fig, out / name))
     return written
+
+
+def bandwidth_label(es: list[Entry]) -> str:
+    """The bandwidth axis' label: of one GPU, or summed over the GPUs of a multi-GPU run."""
+    stat = "mean" if es and all(e.mean_only for e in es) else "median"
+    nps = sorted({int(e.get("nprocess") or 1) for e in es})
+    if nps and nps[-1] > 1:
+        many = f"{nps[-1]} GPUs" if len(nps) == 1 else "GPUs (np of the run)"
+        return f"bandwidth summed over {many} (GB/s, from the {stat})"
+    return f"bandwidth (GB/s, from the {stat})"
+
+
+def _few_log_ticks(ax) -> None:
+    """A log y axis spanning less than a decade gets plain-number ticks (else it may show one)."""
+    from matplotlib.ticker import FormatStrFormatter, MaxNLocator, NullFormatter
+
+    lo, hi = ax.get_ylim()
+    if lo > 0 and hi / lo < 10:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=5))
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(lo, hi)
 
 
 def _weight_point(policy: str) -> tuple[tuple[int, ...], float, str] | None:
@@ -267,25 +392,55 @@ def weighted_plots(run: dict, out: Path, family: str | None = None, where: dict 
                                    f"{','.join(map(str, nodes))}  [{_context(ges, ())}]  {_run_label(run)}")
                 for ax, phase in zip(axs, phases):
                     pes = [e for e in ges if e.phase == phase]
+                    gaps: set[tuple[float, float]] = set()
                     for size in sorted({e.get("numel") for e in pes}):
-                        pts = sorted((xpos[str(e.get("policy"))][0], e.median_s * 1e3) for e in pes
+                        pts = sorted((xpos[str(e.get("policy"))][0], e.median_s * 1e3, e.flag) for e in pes
                                      if e.get("numel") == size)
-                        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=format_size(size))
+                        # join measured ratios only where they are close: a wide gap is not measured
+                        segment: list = []
+                        color = None
+                        for k, pt in enumerate(pts):
+                            if segment and pt[0] - segment[-1][0] > MAX_JOIN_PP:
+                                gaps.add((segment[-1][0], pt[0]))
+                                color = _line(ax, segment, color, format_size(size))
+                                segment = []
+                            segment.append(pt)
+                        _line(ax, segment, color, format_size(size))
+                        _flag_points(ax, pts)
+                    for a, b in sorted(gaps):
+                        ax.axvspan(a, b, color="gray", alpha=0.12, linewidth=0)
+                        ax.text((a + b) / 2, 0.5, "not measured", transform=ax.get_xaxis_transform(),
+                                ha="center", va="center", rotation=90, fontsize=8, color="dimgray")
                     ticks = sorted({xpos[str(e.get("policy"))] for e in pes})
-                    ax.set_xticks([t[0] for t in ticks], [f"{t[0]:.0f}%\n{t[1]}" for t in ticks], fontsize=8)
+                    ax.set_xticks([t[0] for t in ticks], [f"{t[1]} ({t[0]:.0f}%)" for t in ticks], fontsize=8,
+                                  rotation=90)
                     ax.set_title(phase_title(fam, phase))
                     ax.set_xlabel(f"share of pages on node {first} (%) / weights "
                                   + ":".join(f"N{n}" for n in nodes))
                     # absolute times, log scale: a curve that lacks the single-node ends cannot
                     # make its own best point look like the best there is
                     ax.set_yscale("log")
+                    _few_log_ticks(ax)
                     ax.set_ylabel(latency_label(pes))
-                    ax.legend(title="size", fontsize=8, title_fontsize=8, loc="best")
+                    # outside the axes: a legend inside covers points (the single-node ends)
+                    ax.legend(title="size", fontsize=8, title_fontsize=8, loc="upper left",
+                              bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
                     ax.grid(True, which="both", alpha=0.3)
+                _flag_note(fig, ges)
                 name = (f"{_slug(fam)}_weighted_N{'-'.join(map(str, nodes))}" + (f"_{_slug(desc)}" if desc else "")
                         + ".png")
                 written.append(_save(fig, out / name, top_legend=False))
     return written
+
+
+def _line(ax, pts: list, color, label: str):
+    """Draw one measured stretch of a curve; later stretches of the same size share its colour
+    and no legend entry. Returns the colour."""
+    if not pts:
+        return color
+    kw = {"color": color} if color else {"label": label}
+    (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", **kw)
+    return line.get_color()
 
 
 # the families' own throughput metrics (extra_info key, axis label), plotted beside the times

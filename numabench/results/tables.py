@@ -43,12 +43,24 @@ class Entry:
     mean_only: bool = False
     invocation_medians: list[float] = field(default_factory=list, repr=False)
     ceiling_gbps: float | None = None  # what the machine can do in this phase (measured, else nominal)
+    ceiling_known: bool = True  # False: nominal for an unknown GPU model (the fastest known GPU's figure)
 
     @property
     def impossible(self) -> bool:
         """Faster than the machine can move the bytes: not a real bandwidth (e.g. the seed
         script's compute column, a kernel launch timed without synchronisation)."""
         return self.gbps is not None and self.ceiling_gbps is not None and self.gbps > self.ceiling_gbps
+
+    @property
+    def unchecked(self) -> bool:
+        """Below the fastest known GPU's ceiling, but the GPU model is unknown: whether this
+        machine could move the bytes this fast is not known (marked '?', never passed silently)."""
+        return self.gbps is not None and not self.ceiling_known and not self.impossible
+
+    @property
+    def flag(self) -> str:
+        """The mark its table cell and its plot carry: '!' impossible, '?' ceiling unknown, '' neither."""
+        return "!" if self.impossible else "?" if self.unchecked else ""
 
     def spread(self) -> tuple[float, float] | None:
         """The range it was seen in: its invocations' medians (three or more), else its rounds;
@@ -129,7 +141,7 @@ def entries(run: str | Path | dict, where: dict | None = None) -> list[Entry]:
                          st.get("mean", st["median"]), float(gbps) if isinstance(gbps, (int, float)) else None,
                          b.get("name", ""), b.get("fullname", b.get("name", "")),
                          st.get("data") if isinstance(st.get("data"), list) else None, mean_only,
-                         invocation_medians(b), ceiling_of(x, gpu_models)))
+                         invocation_medians(b), ceiling_of(x, gpu_models), ceiling_known(x, gpu_models)))
     return out
 
 
@@ -180,7 +192,7 @@ def format_gbps(g: float) -> str:
 def format_cell(e: Entry) -> str:
     text = format_ms(e.median_s, e.stddev_s)
     if e.gbps is not None:
-        text += f" ({format_gbps(e.gbps)} GB/s{' !' if e.impossible else ''})"
+        text += f" ({format_gbps(e.gbps)} GB/s{' ' + e.flag if e.flag else ''})"
     return text
 
 
@@ -188,7 +200,9 @@ def format_cell(e: Entry) -> str:
 # model (GB/s, vendor figures, the fastest variant), and PCIe Gen5 x16 per direction per GPU.
 NOMINAL_HBM_GBPS = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "B200": 8000.0, "GH200": 4900.0,
                     "L40": 864.0, "A10": 600.0}
-NOMINAL_UNKNOWN_HBM_GBPS = 8000.0
+# an unknown model (a seed CSV's "seed GPU"): the fastest known GPU's figure bounds it, and values
+# below it are marked as unchecked ('?'), not passed as real
+NOMINAL_UNKNOWN_HBM_GBPS = max(NOMINAL_HBM_GBPS.values())
 NOMINAL_PCIE_GBPS = 64.0
 # phase -> extra_info list of per-rank measured ceilings (adam_offload, transfer)
 MEASURED_CEILING = {"h2d": "limit_h2d_GBps_per_rank", "d2h": "limit_d2h_GBps_per_rank",
@@ -217,6 +231,20 @@ def mark_cpuless(label: str, cpuless: set[int]) -> str:
     return f"{label} {CPULESS_MARK}" if nodes & cpuless else label
 
 
+def _known_hbm(gpu_models: list[str]) -> list[float]:
+    return [v for m in gpu_models for k, v in NOMINAL_HBM_GBPS.items() if k in m.replace("NVIDIA ", "")]
+
+
+def ceiling_known(extra: dict, gpu_models: list[str]) -> bool:
+    """False where ``ceiling_of`` had to stand in the fastest known GPU for an unknown model."""
+    measured = extra.get(MEASURED_CEILING.get(extra.get("phase"), ""), None)
+    if isinstance(measured, list) and measured:
+        return True
+    if extra.get("family") != "adam_offload" or extra.get("phase") != "compute":
+        return True
+    return bool(_known_hbm(gpu_models))
+
+
 def ceiling_of(extra: dict, gpu_models: list[str]) -> float | None:
     """The GB/s this entry cannot exceed, over all its ranks; None where none is known. A
     measured ceiling is a best-of-8 copy: 10% of headroom keeps noise from being flagged."""
@@ -227,7 +255,7 @@ def ceiling_of(extra: dict, gpu_models: list[str]) -> float | None:
     if extra.get("family") != "adam_offload" or phase not in ("h2d", "d2h", "compute"):
         return None
     if phase == "compute":
-        hbm = [v for m in gpu_models for k, v in NOMINAL_HBM_GBPS.items() if k in m.replace("NVIDIA ", "")]
+        hbm = _known_hbm(gpu_models)
         # read + write of each byte counted once in GBps (7 tensors' bytes): the nominal figure bounds it
         return nproc * (max(hbm) if hbm else NOMINAL_UNKNOWN_HBM_GBPS)
     return nproc * NOMINAL_PCIE_GBPS
@@ -244,6 +272,11 @@ class Table:
     mean_only: bool
     impossible: bool = False
     cpuless: tuple[int, ...] = ()
+    unchecked: bool = False
+
+    UNCHECKED_NOTE = (f"? the GPU model is unknown: its memory bandwidth is not known; values above the fastest "
+                      f"known GPU's ({NOMINAL_UNKNOWN_HBM_GBPS:.0f} GB/s per GPU) are marked !, those below it "
+                      "are not checked")
 
     IMPOSSIBLE_NOTE = ("! faster than this machine can move the bytes (its measured copy or D2D ceiling, or the "
                        "GPU's nominal memory or PCIe Gen5 bandwidth): not a real bandwidth, e.g. a kernel launch "
@@ -265,6 +298,8 @@ class Table:
             out += ["", "\\* mean only (imported from a seed CSV): no median or spread known."]
         if self.impossible:
             out += ["", self.IMPOSSIBLE_NOTE + "."]
+        if self.unchecked:
+            out += ["", self.UNCHECKED_NOTE + "."]
         if self.cpuless:
             out += ["", self.cpuless_note]
         return "\n".join(out)
@@ -284,6 +319,8 @@ class Table:
             out.append("* mean only (imported from a seed CSV): no median or spread known.")
         if self.impossible:
             out.append(self.IMPOSSIBLE_NOTE + ".")
+        if self.unchecked:
+            out.append(self.UNCHECKED_NOTE + ".")
         if self.cpuless:
             out.append(self.cpuless_note)
         return "\n".join(out)
@@ -343,7 +380,8 @@ def grouped_tables(run: str | Path | dict, family: str | None = None, where: dic
                 best.append(len(labels) + fastest if fastest is not None else None)
             marked = any(CPULESS_MARK in h for h in header)
             tables.append(Table(fam, phase, header, rows, best, len(labels), any(e.mean_only for e in pes),
-                                any(e.impossible for e in pes), tuple(sorted(cpuless)) if marked else ()))
+                                any(e.impossible for e in pes), tuple(sorted(cpuless)) if marked else (),
+                                any(e.unchecked for e in pes)))
     return tables
 
 
