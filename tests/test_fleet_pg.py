@@ -270,7 +270,7 @@ def test_server_down_is_one_clear_line(tmp_path, monkeypatch):
     assert out.returncode == 2 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
-    assert lines[0].startswith(f"numabench: postgresql://bench@127.0.0.1:{port}/fleet: cannot connect (")
+    assert lines[0].startswith(f"numabench: postgresql://bench@127.0.0.1:{port}/fleet: cannot connect (Connection refused)")
     assert "is the server running" in lines[0] and "s3cret-pw" not in out.stderr
 
 
@@ -347,3 +347,41 @@ def test_learn_keeps_the_rolling_window_in_the_database(db_url, tmp_path, capsys
     window = json.loads(out_file.read_text())
     assert [m["file"] for m in window["numabench_merged_from"]] == ["run1.json", "run2.json", "run3.json"]
     assert "gate" not in json.dumps(window)
+
+
+def _gate_job(step: str, tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NUMABENCH_TIER": "smoke", "NUMABENCH_RESULTS": str(tmp_path / "results"),
+           "NUMABENCH_BASELINES": str(tmp_path / "baselines"), **env}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    return subprocess.run(["bash", str(REPO / ".ci" / "gate-job"), step, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_gate_job_keeps_its_window_in_the_database(db_url, tmp_path):
+    """learn pushes the passing run (the key's first: after the committed baseline); run pulls the
+    window and judges against it; a database that is down is one line, and the committed baseline judges."""
+    from numabench.cli import this_machine_key
+
+    key = this_machine_key()
+    (tmp_path / "baselines" / key).mkdir(parents=True)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "baselines" / key / "0001_base.json").write_text(
+        json.dumps(_run(key, "committed", "2026-11-01T10:00:00+00:00", {"t[a]": 1.0})))
+    (tmp_path / "results" / "run.json").write_text(
+        json.dumps(_run(key, "runner-a", "2026-11-20T10:00:00+00:00", {"t[a]": 1.1})))
+    learnt = _gate_job("learn", tmp_path, NUMABENCH_FLEET_URL=db_url)
+    assert learnt.returncode == 0, learnt.stdout + learnt.stderr
+    assert "(the window started from" in learnt.stdout and "the newest 2 passing runs" in learnt.stdout
+    run = _gate_job("run", tmp_path, "-k", "test_touch", "--collect-only", "-q", NUMABENCH_FLEET_URL=db_url)
+    window = tmp_path / "results" / "fleet-baseline.json"
+    assert f"judging against the rolling window {window}" in run.stdout, run.stdout + run.stderr
+    assert [m["file"] for m in json.loads(window.read_text())["numabench_merged_from"]] == ["0001_base.json",
+                                                                                           "run.json"]
+    down = f"postgresql://bench@127.0.0.1:{pgserver._free_port()}/fleet"
+    learn_down = _gate_job("learn", tmp_path, NUMABENCH_FLEET_URL=down)
+    assert learn_down.returncode == 2
+    assert learn_down.stderr.strip().splitlines() == [
+        f"numabench: {down}: cannot connect (Connection refused): is the server running, and is the host and port right?"]
+    run_down = _gate_job("run", tmp_path, "-k", "test_touch", "--collect-only", "-q", NUMABENCH_FLEET_URL=down)
+    assert "judging against the committed baseline" in run_down.stderr and not window.exists()
+    assert "rolling window" not in run_down.stdout

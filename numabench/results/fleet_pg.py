@@ -73,9 +73,10 @@ def check_url(url: str) -> str:
 
 
 def _one_line(err: BaseException) -> str:
-    """libpq's message, its last non-empty line (the FATAL/ERROR part), with any password removed."""
+    """libpq's message in one line: its first line's cause (after 'connection to server at ...
+    failed: '), with any password removed."""
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    text = lines[-1] if lines else type(err).__name__
+    text = " ".join((lines[0] if lines else type(err).__name__).rsplit(" failed: ", 1)[-1].split())
     secret = os.environ.get("PGPASSWORD")
     return text.replace(secret, "***") if secret else text
 
