@@ -6,7 +6,10 @@ process group (seeds 001, 002 task 4, 004).
 The size axis is the global batch in sequences (split over the ranks). Axes
 ``mode`` (ddp, fsdp, fsdp-offload; deepspeed-zero2 and deepspeed-zero3: DeepSpeed's
 ZeRO-Offload, optimizer state and step on the host, pinned; torchao-offload: torchao's
-CPUOffloadOptimizer, one rank) and ``model`` (tiny, small: numabench.families.train_step.model).
+CPUOffloadOptimizer, one rank; streamed: the fp32 master weights and AdamW moments on the host,
+placed by the policy, pinned, streamed through the GPU in chunks each step and updated there by our
+fused kernel, overlapped with the copies and with backward (numabench.families.train_step.streamed);
+no-offload: the reference, torch's fused AdamW with all state on the GPU) and ``model`` (tiny, small: numabench.families.train_step.model).
 The DeepSpeed and torchao modes need their optional packages.
 On a CPU-only machine only the tiny model in fp32 runs, DDP and FSDP over gloo
 (FSDP when torch's fully_shard runs on CPU) and DeepSpeed's ZeRO-2/3 on its CPU
@@ -17,6 +20,11 @@ need a CUDA GPU.
 DeepSpeed modes also record, per round, ``optimizer`` (our clock of
 ``engine.step()``) beside DeepSpeed's own timers of that step (``ds_step``,
 ``ds_optimizer_step``: its CPU Adam; wall_clock_breakdown) in extra_info.
+
+Every mode records, per round, ``forward``, ``backward`` and ``optimizer`` (what is left of the
+step after backward returns) on our clock; extra_info has their medians and shares of the step,
+the bytes over PCIe per step per parameter (a model of the mode's copies) and, for DeepSpeed,
+its own timers (fwd, bwd, step, optimizer_step) and the GPU's idle share while its CPU Adam runs.
 
 extra_info: tokens/s and model TFLOPS (6 x params x tokens / time) as median,
 mean and std over the rounds (the seed 004 tables), time per step mean/std, peak
@@ -36,7 +44,8 @@ DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
 
 
-MODES = ("ddp", "fsdp", "fsdp-offload", "deepspeed-zero2", "deepspeed-zero3", "torchao-offload")
+MODES = ("ddp", "fsdp", "fsdp-offload", "deepspeed-zero2", "deepspeed-zero3", "torchao-offload", "streamed",
+         "no-offload")
 # modes that need an optional package (numabench[deepspeed], numabench[torchao])
 MODE_PACKAGES = {"deepspeed-zero2": "deepspeed", "deepspeed-zero3": "deepspeed", "torchao-offload": "torchao"}
 POOL = 4  # distinct batches per rank, cycled through in the timed steps
@@ -81,18 +90,76 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
+DS_TIMERS = ("ds_step", "ds_optimizer_step", "ds_optimizer_gradients", "ds_optimizer_allgather", "ds_forward",
+             "ds_backward", "ds_backward_allreduce")
+
+
 def deepspeed_parts(result: CaseResult) -> dict:
     """Medians (ms, max over ranks per round) of our clock of engine.step() and of DeepSpeed's
-    own timers of the same steps, and their ratio; empty for the other modes."""
+    own timers of the same steps, and their ratios; empty for the other modes.
+    ``optimizer_over_deepspeed_timer``: the whole call on our clock over DeepSpeed's ``step``
+    timer; ``optimizer_in_timer_over_deepspeed_timer``: our clock up to where DeepSpeed's
+    post-step timer bookkeeping starts (the span its timer covers) over the same timer."""
     ph = result.phases
-    if "optimizer" not in ph:
+    if not ph.get("ds_step"):
         return {}
     out = {"optimizer_ms": round(statistics.median(ph["optimizer"]) * 1e3, 4)}
-    for key in ("ds_step", "ds_optimizer_step", "ds_optimizer_gradients", "ds_optimizer_allgather"):
+    for key in DS_TIMERS:
         if ph.get(key):
             out[f"deepspeed_timer_{key[3:]}_ms"] = round(statistics.median(ph[key]) * 1e3, 4)
     if out.get("deepspeed_timer_step_ms"):
         out["optimizer_over_deepspeed_timer"] = round(out["optimizer_ms"] / out["deepspeed_timer_step_ms"], 4)
+        if ph.get("ds_in_timer"):
+            in_timer = statistics.median(ph["ds_in_timer"]) * 1e3
+            out["optimizer_in_timer_ms"] = round(in_timer, 4)
+            out["optimizer_in_timer_over_deepspeed_timer"] = round(in_timer / out["deepspeed_timer_step_ms"], 4)
+    return out
+
+
+# Bytes crossing PCIe per step per parameter, by mode (a model of each mode's copies at the
+# family's settings, not a measurement; ``pcie_bytes_source`` says so in extra_info):
+# - streamed: fp32 master + both moments in and out (3 x 4 B each way); gradients stay on the GPU.
+# - deepspeed-zero2/3: the gradient out as fp32 (DeepSpeed widens it on the GPU before the copy
+#   into its fp32 host buffer) and the updated weights back in the training dtype.
+# - torchao-offload: each fp32 gradient out, each fp32 parameter back.
+# - fsdp-offload: fp32 parameters in for forward and again for backward (resharded after
+#   forward), fp32 gradients out.
+# - ddp, fsdp, no-offload: none (all state on the device).
+def pcie_bytes_per_param(mode: str, dtype: str) -> float:
+    """Bytes over PCIe per step per parameter under ``mode`` (one rank's share, per its parameter)."""
+    wide = 4
+    narrow = 2 if dtype == "bf16" else 4
+    table = {"streamed": 6 * wide, "deepspeed-zero2": wide + narrow, "deepspeed-zero3": wide + narrow,
+             "torchao-offload": 2 * wide, "fsdp-offload": 3 * wide, "ddp": 0, "fsdp": 0, "no-offload": 0}
+    if mode not in table:
+        raise ValueError(f"unknown mode {mode!r}: allowed {', '.join(table)}")
+    return float(table[mode])
+
+
+def breakdown(result: CaseResult) -> dict:
+    """Where the step goes: medians (ms, max over ranks per round) of forward, backward and the
+    optimizer (what is left after backward returns), their shares of the step, which clock each
+    comes from, and the bytes over PCIe per step per parameter."""
+    ph = result.phases
+    out: dict = {}
+    step = statistics.median(ph["step"]) if ph.get("step") else None
+    for part in ("forward", "backward", "optimizer"):
+        if ph.get(part):
+            ms = statistics.median(ph[part]) * 1e3
+            out[f"{part}_ms"] = round(ms, 4)
+            if step:
+                out[f"{part}_share"] = round(ms / (step * 1e3), 4)
+    mode = result.case.param("mode", "ddp")
+    if mode.startswith("deepspeed-") and ph.get("ds_optimizer_step") and step:
+        # DeepSpeed's CPU Adam runs while the GPU has nothing queued: its share of the step is
+        # GPU idle time (a lower bound: the copies' waits are not counted)
+        out["cpu_adam_ms"] = round(statistics.median(ph["ds_optimizer_step"]) * 1e3, 4)
+        out["gpu_idle_fraction_min"] = round(statistics.median(ph["ds_optimizer_step"]) / step, 4)
+    out["breakdown_clock"] = ("CUDA events on the current stream" if result.setup_info[0].get("device_name") != "cpu"
+                              else "wall clock") + (" (ours); DeepSpeed's wall_clock_breakdown timers as "
+                                                    "deepspeed_timer_*" if mode.startswith("deepspeed-") else " (ours)")
+    out["pcie_bytes_per_param"] = pcie_bytes_per_param(mode, result.case.dtype)
+    out["pcie_bytes_source"] = "model of the mode's copies (numabench.families.train_step.pcie_bytes_per_param)"
     return out
 
 
@@ -120,7 +187,7 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "threads_per_rank": [i.get("threads") for i in infos],
         "cpus_per_rank": [i.get("affinity") for i in infos],
         "placed": info["placed"], "setup_losses_rank0": info["setup_losses"], "device": info["device_name"],
-        **deepspeed_parts(result),
+        **deepspeed_parts(result), **breakdown(result),
     }
 
 

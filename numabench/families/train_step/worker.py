@@ -13,6 +13,11 @@ Modes (``mode`` axis, each its own worker run):
   (``deepspeed.initialize`` with configs.deepspeed_config: the optimizer state and
   step on the host, pinned, DeepSpeedCPUAdam). Needs deepspeed; without CUDA it runs
   on DeepSpeed's CPU accelerator over gloo (the same partitioning and CPU Adam, no copies).
+- ``streamed``: our streamed AdamW (numabench.families.train_step.streamed): fp32 master
+  weights and moments on the host (placed by the policy, pinned), streamed through the GPU
+  in chunks and updated by our fused kernel, overlapped with backward (one rank) or after
+  DDP's backward (more ranks). On a CPU the same scheduler runs with torch's arithmetic.
+- ``no-offload``: DDP with torch's fused AdamW, all state on the device: the reference.
 - ``torchao-offload``: torchao's ``CPUOffloadOptimizer`` (AdamW on the host, each
   gradient copied out as backward makes it); one rank. Needs CUDA and torchao.
 
@@ -67,24 +72,51 @@ class DeepSpeedTimers:
     """DeepSpeed's own per-step timers (``wall_clock_breakdown``), taken instead of printed.
 
     The engine and its ZeRO optimizer share one timer group and, every step, "log" (print and
-    reset) the engine's step timer and the optimizer's timers; here the group's ``log`` keeps
+    reset) the engine's timers and the optimizer's timers; here the group's ``log`` keeps
     the values: ``step`` (engine.step), ``optimizer_step`` (the CPU Adam over this rank's
-    partition) and the rest, in seconds."""
+    partition), ``fwd``/``bwd`` and the rest, in seconds. Like DeepSpeed's own ``log`` it resets
+    every timer it is asked to log, kept or not: a timer left unreset keeps one CUDA event pair
+    per step, and the engine's post-step bookkeeping (``_update_wall_clock_timers``: every
+    timer's ``elapsed``, which synchronizes on each pair) then grows with the step count.
+
+    What DeepSpeed's ``step`` timer does not cover: engine.step() stops it before that
+    bookkeeping (``_update_wall_clock_timers`` and the timers' ``log``, each synchronizing the
+    device). ``mark`` (a callable returning a point in time on our clock) is called as that
+    bookkeeping starts, so our clock can be split at the same place (``bookkeeping_mark``)."""
 
     KEEP: ClassVar[dict[str, str]] = {
         "step": "ds_step", "optimizer_step": "ds_optimizer_step", "optimizer_gradients": "ds_optimizer_gradients",
-        "optimizer_allgather": "ds_optimizer_allgather"}
+        "optimizer_allgather": "ds_optimizer_allgather", "fwd": "ds_forward", "bwd": "ds_backward",
+        "bwd_allreduce": "ds_backward_allreduce"}
 
-    def __init__(self, group) -> None:
+    def __init__(self, group, engine=None, mark=None) -> None:
         self.group = group
         self.taken: dict[str, float] = {}
+        self.bookkeeping_mark = None
+        self._mark = mark
         group.log = self._log
+        if engine is not None and mark is not None and hasattr(engine, "_update_wall_clock_timers"):
+            inner = engine._update_wall_clock_timers
+
+            def update_wall_clock_timers(*args, **kwargs):
+                if self.bookkeeping_mark is None:
+                    self.bookkeeping_mark = self._mark()
+                return inner(*args, **kwargs)
+
+            engine._update_wall_clock_timers = update_wall_clock_timers
+
+    def begin_step(self) -> None:
+        """Call right before engine.step()."""
+        self.bookkeeping_mark = None
 
     def _log(self, names, normalizer=1.0, reset=True, memory_breakdown=False, ranks=None) -> None:
         for name in names:
             timer = self.group.timers.get(name)
-            if timer is not None and name in self.KEEP:
-                self.taken[self.KEEP[name]] = timer.elapsed(reset=reset) / normalizer / 1e3
+            if timer is None:
+                continue
+            elapsed = timer.elapsed(reset=reset) / normalizer / 1e3
+            if name in self.KEEP:
+                self.taken[self.KEEP[name]] = elapsed
 
     def take(self) -> dict[str, float]:
         """The timers logged since the last take."""
@@ -123,7 +155,8 @@ class Trainer:
         lr = self.cfg.lr if lr is None else lr
         bf16 = dtype == "bf16"
         self.ds_timers: DeepSpeedTimers | None = None
-        self._optimizer_s = None  # our clock of the last engine.step() (DeepSpeed modes)
+        self.streamed = None  # StreamedAdamW (mode streamed)
+        self._marks = None  # the last step's points: start, forward done, backward done, optimizer done
         if mode.startswith("deepspeed-"):
             if not self.cuda:  # DeepSpeed's CPU accelerator (gloo); read when deepspeed is first imported
                 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -136,9 +169,42 @@ class Trainer:
                 model=net, model_parameters=net.parameters(),
                 config=deepspeed_config(stage, batch, dtype, lr, pin_memory=self.cuda), dist_init_required=False)
             self.model = self.engine
-            self.ds_timers = DeepSpeedTimers(self.engine.timers)
+            self.ds_timers = DeepSpeedTimers(self.engine.timers, self.engine, self._mark)
             where = "offloaded to the host (pinned)" if self.cuda else "on the host (DeepSpeed's CPU accelerator)"
             self.impl = f"DeepSpeed {deepspeed.__version__} ZeRO-{stage}, optimizer {where}"
+        elif mode == "streamed":
+            from numabench.families.train_step.streamed import Hyper, StreamedAdamW
+
+            # bf16: the GPU holds bf16 working weights, the host the fp32 master (mixed precision as
+            # DeepSpeed's); fp32: fp32 weights on both sides
+            net = net.to(self.device, dtype=torch.bfloat16 if bf16 else torch.float32)
+            if self.world > 1:  # DDP averages the gradients before the step; no updates during backward
+                from torch.nn.parallel import DistributedDataParallel as DDP
+
+                self.model = DDP(net, device_ids=[self.device.index] if self.cuda else None)
+            else:
+                self.model = net
+            # one rank: chunks start from the post-accumulate-grad hooks during backward (under DDP
+            # the hooks would fire before the gradients are averaged)
+            self.streamed = StreamedAdamW(list(net.parameters()), Hyper(lr, BETAS, EPS, WEIGHT_DECAY),
+                                          alloc="register" if self.cuda else "pageable",
+                                          overlap_backward=self.world == 1)
+            self.opt = self.streamed
+            self.impl = (f"streamed AdamW ({'our fused kernel' if self.cuda else 'torch on the CPU'}, "
+                         f"{len(self.streamed.chunks)} chunks of <= {self.streamed.chunk} elements, "
+                         f"{'overlapped with backward' if self.world == 1 else 'after backward (DDP)'})")
+        elif mode == "no-offload":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            net = net.to(self.device)
+            self.model = DDP(net, device_ids=[self.device.index] if self.cuda else None) if dist.is_initialized() \
+                else net
+            if bf16:
+                self.autocast = torch.bfloat16
+            # the reference: all state on the GPU, torch's fused AdamW (one kernel launch per step)
+            self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=BETAS, eps=EPS,
+                                         weight_decay=WEIGHT_DECAY, fused=True)
+            self.impl = "DDP + fused AdamW, all state on the device"
         elif mode == "torchao-offload":
             import torchao
             from torchao.optim import CPUOffloadOptimizer
@@ -200,7 +266,9 @@ class Trainer:
         return self.batch * self.cfg.seq_len * self.world
 
     def step(self, batch=None):
-        """One optimizer step; returns the loss tensor (not synchronized)."""
+        """One optimizer step; returns the loss tensor (not synchronized). Marks the ends of
+        forward, backward and the optimizer (CUDA events on the current stream, or wall time)
+        for ``step_parts``."""
         import torch
 
         from numabench.families.train_step.model import lm_loss
@@ -209,32 +277,67 @@ class Trainer:
             batch = self.pool[self.k % len(self.pool)]
             self.k += 1
         x, y = batch[:, :-1], batch[:, 1:]
+        marks = self._marks = [self._mark()]
         if self.engine is not None:  # DeepSpeed: its engine casts, reduces, steps and zeroes the grads
             loss = lm_loss(self.engine(x), y)
+            marks.append(self._mark())
             self.engine.backward(loss)
+            marks.append(self._mark())
             # engine.step() (the reduced gradients' copy to the host, CPU Adam, the parameters'
             # copy back) timed by us, to set beside DeepSpeed's own timers of the same call
-            with self._clock() as self._optimizer_s:
-                self.engine.step()
+            self.ds_timers.begin_step()
+            self.engine.step()
+            marks.append(self._mark())
             return loss.detach()
         if self.autocast is not None:
             with torch.autocast(self.device.type, dtype=self.autocast):
                 loss = lm_loss(self.model(x), y)
         else:
             loss = lm_loss(self.model(x), y)
+        marks.append(self._mark())
+        if self.streamed is not None:
+            self.streamed.begin_backward()  # chunks start from the gradient hooks during backward
         loss.backward()
+        marks.append(self._mark())
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        marks.append(self._mark())
         return loss.detach()
 
+    def _mark(self):
+        """A point in the step: an event on the current stream (CUDA), else the wall time."""
+        import torch
+
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record(torch.cuda.current_stream(self.device))
+            return ev
+        return time.perf_counter_ns()
+
+    def _between(self, a, b) -> float:
+        if self.cuda:
+            b.synchronize()
+            return a.elapsed_time(b) / 1e3
+        return (b - a) * 1e-9
+
     def step_parts(self) -> dict[str, float]:
-        """The last step's parts, seconds (DeepSpeed modes; empty otherwise): ``optimizer`` (our
-        clock of engine.step()) and DeepSpeed's timers of the same step (``ds_step``,
-        ``ds_optimizer_step``, ...). Read after the step is synchronized."""
-        if self._optimizer_s is None:
+        """The last step's parts, seconds, read after the step is synchronized: ``forward``,
+        ``backward``, ``optimizer`` (what is left after backward returns: under ``streamed`` the
+        chunks not yet done during backward; under DeepSpeed our clock of engine.step()), and for
+        DeepSpeed its own timers of the same step (``ds_step``, ``ds_optimizer_step``: its CPU Adam,
+        ...) and ``ds_in_timer`` (our clock from engine.step()'s call to the start of DeepSpeed's
+        post-step timer bookkeeping: the span its ``step`` timer covers)."""
+        marks = getattr(self, "_marks", None)
+        if not marks or len(marks) != 4:
             return {}
-        parts = {"optimizer": self._optimizer_s(), **self.ds_timers.take()}
-        self._optimizer_s = None
+        parts = {name: self._between(a, b) for name, a, b in
+                 zip(("forward", "backward", "optimizer"), marks, marks[1:])}
+        if self.ds_timers is not None:
+            parts.update(self.ds_timers.take())
+            bookkeeping = self.ds_timers.bookkeeping_mark
+            if bookkeeping is not None:
+                parts["ds_in_timer"] = self._between(marks[2], bookkeeping)
+        self._marks = None
         return parts
 
     @contextlib.contextmanager
@@ -280,7 +383,11 @@ class Trainer:
     def host_state_ranges(self) -> list[tuple[int, int]]:
         """(address, bytes) of the CPU-resident parameters, their gradients (where the host
         keeps its own) and optimizer state, each once."""
+        if self.streamed is not None:  # its flat host state: master weights and both moments
+            return sorted(self.streamed.host_ranges())
         tensors = [_local(p.detach()) for p in self.model.parameters()]
+        if self.engine is not None:
+            tensors += deepspeed_host_tensors(self.opt)
         for opt in self.host_optimizers():
             for group in opt.param_groups:
                 for p in group["params"]:
@@ -294,6 +401,37 @@ class Trainer:
             if t.device.type == "cpu" and t.numel() > 1:
                 ranges[t.data_ptr()] = max(ranges.get(t.data_ptr(), 0), t.numel() * t.element_size())
         return sorted(ranges.items())
+
+
+# The ZeRO optimizers' own host buffers. ZeRO-3 hands its inner optimizer (DeepSpeedCPUAdam) the
+# fp32 partition of a sub-group only for the length of that sub-group's step
+# (``param_groups[g]['params'] = [fp32_param]``, stepped, then ``= []``), so between steps the
+# inner optimizer's param_groups list no master weights and only its state (the moments) is
+# found through it: the fp32 master weights and their gradients must be read from the wrapper.
+DEEPSPEED_HOST_LISTS = (
+    "single_partition_of_fp32_groups",  # ZeRO-1/2: fp32 master partition per group (.grad: its gradient)
+    "fp32_partitioned_groups_flat",  # ZeRO-3: fp32 master partition per sub-group (.grad likewise)
+)
+DEEPSPEED_HOST_BUFFERS = (
+    "grad_partitions_flat_buffer",  # ZeRO-3 with offload: the (pinned) flat fp32 gradient buffer
+)
+
+
+def deepspeed_host_tensors(zero_optimizer) -> list:
+    """The host tensors a DeepSpeed ZeRO optimizer keeps outside its inner optimizer's
+    param_groups: fp32 master partitions, their gradients, ZeRO-3's flat gradient buffer."""
+    out = []
+    for name in DEEPSPEED_HOST_LISTS:
+        for t in getattr(zero_optimizer, name, None) or ():
+            if hasattr(t, "data_ptr"):
+                out.append(t.detach())
+                if t.grad is not None:
+                    out.append(t.grad)
+    for name in DEEPSPEED_HOST_BUFFERS:
+        t = getattr(zero_optimizer, name, None)
+        if hasattr(t, "data_ptr"):
+            out.append(t.detach())
+    return out
 
 
 def anon_report(pid: int | str = "self"):
@@ -404,5 +542,7 @@ class Worker(BaseWorker):
     def close(self) -> None:
         import torch.distributed as dist
 
+        if self.trainer is not None and self.trainer.streamed is not None:
+            self.trainer.streamed.release()
         if dist.is_initialized():
             dist.destroy_process_group()

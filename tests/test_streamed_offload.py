@@ -1,0 +1,237 @@
+"""train_step's streamed mode on the CPU: the chunk planner, the host state (allocated, placed,
+every element once), the update against torch.optim.AdamW in float64 over several steps (weight
+decay, bias correction; chunks that split and pack parameters; with and without the backward
+hooks), bf16 working weights with an fp32 master, and the mode end to end through the worker."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from numabench.families.train_step.streamed import (  # noqa: E402
+    Hyper,
+    StreamedAdamW,
+    plan_chunks,
+    torch_adamw_chunk_,
+)
+
+HYPER = Hyper(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+
+@pytest.mark.parametrize("sizes,chunk", [([5, 3, 12, 1, 7], 4), ([5, 3, 12, 1, 7], 100), ([10], 3),
+                                         ([1, 1, 1], 2), ([0, 4, 0], 3)])
+def test_plan_covers_every_element_once_last_parameters_first(sizes, chunk):
+    chunks = plan_chunks(sizes, chunk)
+    total = sum(sizes)
+    seen = []
+    for c in chunks:
+        assert 0 < c.count <= chunk
+        assert sum(p.count for p in c.pieces) == c.count
+        # a chunk is one contiguous range of the flat state
+        ranges = sorted((p.offset, p.offset + p.count) for p in c.pieces)
+        assert ranges[0][0] == c.offset and ranges[-1][1] == c.offset + c.count
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        seen += [i for lo, hi in ranges for i in range(lo, hi)]
+    assert sorted(seen) == list(range(total))
+    # backward makes the last parameters' gradients first: the first chunk holds the last parameter's end
+    last = max(i for i, n in enumerate(sizes) if n)
+    assert last in chunks[0].params
+    offsets = [c.offset for c in chunks]
+    assert offsets == sorted(offsets, reverse=True)
+    # every chunk but the last (the first parameters') is full
+    assert all(c.count == chunk for c in chunks[:-1])
+
+
+def test_plan_rejects_bad_values():
+    with pytest.raises(ValueError, match="chunk=0"):
+        plan_chunks([3], 0)
+    with pytest.raises(ValueError, match="sizes"):
+        plan_chunks([3, -1], 2)
+
+
+def reference_steps(init, grads, hyper=HYPER):
+    """torch.optim.AdamW in float64 over the same gradients."""
+    ps = [t.detach().to(torch.float64).clone().requires_grad_(True) for t in init]
+    opt = torch.optim.AdamW(ps, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay,
+                            foreach=False)
+    for gs in grads:
+        for p, g in zip(ps, gs):
+            p.grad = g.to(torch.float64).clone()
+        opt.step()
+    return ps, opt
+
+
+def shapes():
+    return [(7, 3), (5,), (4, 4), (1,), (13,)]
+
+
+@pytest.mark.parametrize("chunk", [4, 9, 1000])
+def test_update_matches_torch_adamw_in_float64(chunk):
+    g = torch.Generator().manual_seed(1)
+    params = [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes()]
+    init = [p.clone() for p in params]
+    grads = [[torch.randn(s, generator=g, dtype=torch.float64) for s in shapes()] for _ in range(5)]
+    opt = StreamedAdamW(params, HYPER, chunk=chunk, alloc="pageable", overlap_backward=False,
+                        master_dtype=torch.float64)
+    try:
+        assert opt.host_bytes() == 3 * 8 * sum(p.numel() for p in params)
+        for gs in grads:
+            for p, gr in zip(params, gs):
+                p.grad = gr.clone()
+            opt.step()
+            opt.zero_grad()
+        ref, ref_opt = reference_steps(init, grads)
+        for i, (p, r) in enumerate(zip(params, ref)):
+            torch.testing.assert_close(p, r.detach(), rtol=1e-12, atol=1e-14)
+            off = opt.offsets[i]
+            st = ref_opt.state[r]
+            torch.testing.assert_close(opt.host["master"].tensor[off:off + p.numel()], r.detach().reshape(-1),
+                                       rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(opt.host["exp_avg"].tensor[off:off + p.numel()], st["exp_avg"].reshape(-1),
+                                       rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(opt.host["exp_avg_sq"].tensor[off:off + p.numel()],
+                                       st["exp_avg_sq"].reshape(-1), rtol=1e-12, atol=1e-14)
+        assert opt.step_no == 5
+    finally:
+        opt.release()
+
+
+def test_backward_hooks_start_chunks_during_backward_same_result():
+    """The hook path (chunks launched as gradients are accumulated) gives the reference's result."""
+    from numabench.families.train_step.model import build_model, lm_loss
+
+    torch.manual_seed(0)
+    batches = [torch.randint(0, 512, (2, 65)) for _ in range(3)]
+    nets = [build_model("tiny", seed=3).double() for _ in range(2)]
+    opt = StreamedAdamW(list(nets[0].parameters()), HYPER, chunk=3000, alloc="pageable", overlap_backward=True,
+                        master_dtype=torch.float64)
+    ref = torch.optim.AdamW(nets[1].parameters(), lr=HYPER.lr, betas=HYPER.betas, eps=HYPER.eps,
+                            weight_decay=HYPER.weight_decay, foreach=False)
+    launched_in_backward = []
+    inner = opt._launch
+
+    def spy(k):
+        launched_in_backward.append(torch.is_grad_enabled() and opt.step_no_for_hooks is not None)
+        inner(k)
+
+    opt._launch = spy
+    try:
+        for b in batches:
+            launched_in_backward.clear()
+            opt.begin_backward()
+            lm_loss(nets[0](b[:, :-1]), b[:, 1:]).backward()
+            n_before_step = len(launched_in_backward)
+            opt.step()
+            opt.zero_grad()
+            assert n_before_step == len(opt.chunks)  # every chunk started from a hook, none left for step()
+            lm_loss(nets[1](b[:, :-1]), b[:, 1:]).backward()
+            ref.step()
+            ref.zero_grad()
+        for p, r in zip(nets[0].parameters(), nets[1].parameters()):
+            torch.testing.assert_close(p, r, rtol=1e-10, atol=1e-12)
+    finally:
+        opt.release()
+
+
+def test_bf16_weights_fp32_master():
+    """bf16 working weights: the master (fp32, on the host) follows AdamW over the widened bf16
+    gradients, and the weights are the master rounded to bf16."""
+    g = torch.Generator().manual_seed(2)
+    params = [torch.randn(s, generator=g).to(torch.bfloat16) for s in shapes()]
+    init = [p.float() for p in params]
+    grads = [[torch.randn(s, generator=g).to(torch.bfloat16) for s in shapes()] for _ in range(4)]
+    opt = StreamedAdamW(params, HYPER, chunk=6, alloc="pageable", overlap_backward=False)
+    try:
+        assert opt.host["master"].tensor.dtype == torch.float32
+        for gs in grads:
+            for p, gr in zip(params, gs):
+                p.grad = gr.clone()
+            opt.step()
+            opt.zero_grad()
+        ref, _ = reference_steps(init, grads)
+        for i, (p, r) in enumerate(zip(params, ref)):
+            off = opt.offsets[i]
+            master = opt.host["master"].tensor[off:off + p.numel()]
+            torch.testing.assert_close(master.double(), r.detach().reshape(-1), rtol=1e-5, atol=1e-6)
+            assert torch.equal(p.reshape(-1), master.to(torch.bfloat16))
+    finally:
+        opt.release()
+
+
+def test_cpu_chunk_update_is_adamw_and_rejects_adam():
+    g = torch.Generator().manual_seed(3)
+    p, gr = torch.randn(50, generator=g, dtype=torch.float64), torch.randn(50, generator=g, dtype=torch.float64)
+    m, v = torch.zeros_like(p), torch.zeros_like(p)
+    ref, ref_opt = reference_steps([p], [[gr]])
+    torch_adamw_chunk_(p, gr, m, v, lr=HYPER.lr, beta1=0.9, beta2=0.95, eps=HYPER.eps, weight_decay=0.1, step=1)
+    torch.testing.assert_close(p, ref[0].detach(), rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="AdamW only"):
+        torch_adamw_chunk_(p, gr, m, v, lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, step=1,
+                           adamw=False)
+
+
+def test_missing_gradient_names_the_chunk():
+    params = [torch.zeros(4), torch.zeros(4)]
+    opt = StreamedAdamW(params, HYPER, chunk=4, alloc="pageable", overlap_backward=False)
+    try:
+        params[0].grad = torch.ones(4)
+        with pytest.raises(RuntimeError, match="without a gradient"):
+            opt.step()
+    finally:
+        opt.release()
+
+
+def test_host_state_is_placed_and_reported():
+    """The host state is touched pages of this process (move_pages sees every one on a node)."""
+    from numabench.numa.placement import pages_report
+
+    params = [torch.randn(300_000)]
+    opt = StreamedAdamW(params, HYPER, chunk=1 << 16, alloc="pageable", overlap_backward=False)
+    try:
+        rep = pages_report(opt.host_ranges())
+        assert rep.untouched_bytes == 0
+        assert sum(rep.bytes_by_node.values()) >= 3 * 4 * 300_000
+        assert opt.pcie_bytes_per_step() == 2 * 3 * 4 * 300_000
+    finally:
+        opt.release()
+
+
+def test_trainer_streamed_mode_learns_on_the_cpu():
+    from numabench.families.train_step.worker import Trainer
+
+    tr = Trainer("streamed", "tiny", "fp32", 2, "cpu")
+    try:
+        fixed = tr.pool[0]
+        losses = [float(tr.step(fixed)) for _ in range(4)]
+        assert losses[-1] < losses[0], losses
+        parts = tr.step_parts()
+        assert set(parts) == {"forward", "backward", "optimizer"} and all(v >= 0 for v in parts.values())
+        ranges = tr.host_state_ranges()
+        assert sum(n for _, n in ranges) == 3 * 4 * tr.n_params
+    finally:
+        tr.streamed.release()
+
+
+def test_trainer_streamed_matches_adamw_trainer_loss_curve():
+    """Same loss curve as torch's AdamW (the no-offload mode's optimizer) within tolerance."""
+    from numabench.families.train_step.worker import Trainer
+
+    curves = {}
+    for mode in ("streamed", "no-offload"):
+        tr = Trainer(mode, "tiny", "fp32", 2, "cpu")
+        curves[mode] = [float(tr.step(tr.pool[i % 4])) for i in range(6)]
+        if tr.streamed is not None:
+            tr.streamed.release()
+    for a, b in zip(curves["streamed"], curves["no-offload"]):
+        assert abs(a - b) <= 1e-4 * abs(b), curves
+
+
+def test_pcie_model_and_modes():
+    from numabench.families.train_step import MODES, pcie_bytes_per_param
+
+    assert {"streamed", "no-offload"} <= set(MODES)
+    assert pcie_bytes_per_param("streamed", "bf16") == 24.0
+    assert pcie_bytes_per_param("no-offload", "bf16") == 0.0
+    assert pcie_bytes_per_param("deepspeed-zero2", "bf16") == 6.0
+    with pytest.raises(ValueError, match="allowed"):
+        pcie_bytes_per_param("zero9", "bf16")
