@@ -9,7 +9,7 @@
   var NS = "http://www.w3.org/2000/svg";
   var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
     "#7f7f7f", "#bcbd22"];
-  var stats = { charts: 0, points: 0, labelIssues: 0, issues: [] };
+  var stats = { charts: 0, points: 0, labelIssues: 0, issues: [], full: [] };
   var errors = [];
   window.addEventListener("error", function (e) {
     errors.push(String(e.message));
@@ -109,6 +109,7 @@
     this.view = this.full && { x0: this.full.x0, x1: this.full.x1 };
     this.draw();
     if (!compact && this.full) this.interact();
+    if (!compact) stats.full.push(this);
     if (!compact) this.legend();
   }
   Chart.prototype.draw = function () {
@@ -262,6 +263,27 @@
     this.host.appendChild(d);
   };
 
+  function selftest() {
+    // #selftest: hover a point and zoom the first full chart as a person would, so that a headless
+    // browser test sees the interaction work (it cannot move a mouse through --dump-dom).
+    var c = stats.full.filter(function (k) { return k.pts && k.pts.length; })[0];
+    if (!c) return "no chart with points";
+    var p = c.pts[0].p, r = c.svg.getBoundingClientRect();
+    var at = { clientX: r.left + c.X(p[0]), clientY: r.top + c.Y(p[1]), bubbles: true };
+    c.svg.dispatchEvent(new MouseEvent("mousemove", at));
+    var t = tooltip(), out = [];
+    // the event's coordinates are whole pixels: the nearest point may be another series' at the same place
+    var shown = t.style.display === "block" && t.textContent.indexOf(c.spec.ylabel || "y") >= 0;
+    out.push(shown ? "hover=ok" : "hover=FAILED(" + t.style.display + ")");
+    var before = c.view.x1 - c.view.x0;
+    c.host.dispatchEvent(new WheelEvent("wheel", { clientX: at.clientX, clientY: at.clientY, deltaY: -120,
+      bubbles: true, cancelable: true }));
+    out.push(c.view.x1 - c.view.x0 < before ? "zoom=ok" : "zoom=FAILED");
+    c.host.dispatchEvent(new MouseEvent("dblclick", { bubbles: true }));
+    out.push(Math.abs(c.view.x1 - c.view.x0 - before) < 1e-9 ? "reset=ok" : "reset=FAILED");
+    return out.join(" ");
+  }
+
   function data() {
     var n = document.getElementById("site-data");
     return n ? JSON.parse(n.textContent) : { charts: [] };
@@ -295,6 +317,7 @@
     document.body.setAttribute("data-points", stats.points);
     document.body.setAttribute("data-label-issues", stats.labelIssues);
     if (stats.issues.length) document.body.setAttribute("data-label-issue-list", stats.issues.slice(0, 5).join(" | "));
+    if (location.hash === "#selftest") document.body.setAttribute("data-selftest", selftest());
     document.body.setAttribute("data-rendered", "ok");
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", render); else render();
