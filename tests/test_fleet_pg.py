@@ -385,3 +385,31 @@ def test_the_gate_job_keeps_its_window_in_the_database(db_url, tmp_path):
     run_down = _gate_job("run", tmp_path, "-k", "test_touch", "--collect-only", "-q", NUMABENCH_FLEET_URL=down)
     assert "judging against the committed baseline" in run_down.stderr and not window.exists()
     assert "rolling window" not in run_down.stdout
+
+
+def test_a_committed_baseline_round_trips_and_its_size(db_url):
+    """A ci-tier-sized run (the committed H200 x1 baseline: 167 entries, 8300 rounds) comes back
+    as it was pushed; the database grows by well under its JSON's size (docs/CI.md quotes it)."""
+    import psycopg
+
+    from numabench.results.fleet_pg import FleetDB
+
+    path = next(iter(sorted((REPO / "baselines").glob("H200x1_*/*/*.json"))), None)
+    if path is None:
+        pytest.skip("no committed H200 x1 baseline in baselines/")
+    run = json.loads(path.read_text())
+
+    def size() -> int:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+            conn.execute("VACUUM")
+            return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+
+    with FleetDB(db_url) as db:
+        db.keys()  # the schema in place: its size is not the run's
+        before = size()
+        db.push(run, path.name)
+        grown = size() - before
+        [(_label, back)] = db.runs(run["machine_info"]["numabench"]["hardware_key"])
+    assert back == run
+    assert grown < path.stat().st_size, (grown, path.stat().st_size)
