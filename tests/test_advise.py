@@ -12,7 +12,7 @@ import pytest
 
 from numabench.cli import main
 from numabench.errors import UsageError
-from numabench.results.advise import advise, predict
+from numabench.results.advise import advise, predict, render
 from numabench.results.history import history
 from numabench.results.report import build_report, combine_runs
 from numabench.results.tables import grouped_tables
@@ -119,3 +119,41 @@ def test_history_finds_a_change_the_next_run_confirms(tmp_path):
                           "--out", str(tmp_path / "plots")], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and "change at run 2 (0003_r.json, commit c3)" in out.stdout, out.stdout + out.stderr
     assert (tmp_path / "plots" / "touch_history.png").exists()
+
+
+def test_predictions_say_what_they_stand_on():
+    # measured 1:1..1:4 (fast:slow): 4:1, 3:1, 2:1 lie beyond them
+    r = run([entry("adam_offload", "h2d", "bind:0", 1.0), entry("adam_offload", "h2d", "bind:3", 4.0),
+             *[entry("adam_offload", "h2d", f"weighted:0=1,3={w}", 4.0 * w / (w + 1)) for w in (1, 2, 3, 4)]])
+    (a,) = advise(r)
+    assert a.basis(0.8) == ("extrapolated", pytest.approx(30.0))
+    assert a.basis(0.5)[0] == "measured" and a.basis(0.4)[0] == "interpolated"
+    text = render([a])
+    assert "4:1 1000 [extrap. 30 pts]" in text and "weighted:0=3,3=1 (1000 ms, 75% on node 0; extrapolated, 25 pts from the nearest measured ratio)" in text
+    room, basis = a.room
+    assert room == pytest.approx(1.02 / 4) and basis.startswith("extrapolated, 24 pts beyond")
+    # nothing weighted measured: every prediction is the model's only
+    (b,) = advise(run([entry("adam_offload", "h2d", "bind:0", 1.0), entry("adam_offload", "h2d", "bind:3", 4.0)]))
+    assert b.basis(0.8)[0] == "model only" and "[model only]" in render([b])
+
+
+def test_the_room_is_checked_against_the_measured_ratios_it_crosses():
+    # the model says 1.02/1.4 = 73% of the pages can sit on node 1; the measured 1:2 (67%) is +10.9%
+    r = run([entry("adam_offload", "h2d", "bind:0", 1.0, extra={"nprocess": 2}),
+             entry("adam_offload", "h2d", "bind:1", 1.4, extra={"nprocess": 2}),
+             entry("adam_offload", "h2d", "weighted:0=1,1=1", 1.01, extra={"nprocess": 2}),
+             entry("adam_offload", "h2d", "weighted:0=1,1=2", 1.109, extra={"nprocess": 2})])
+    (a,) = advise(r)
+    assert a.max_slow_share == pytest.approx(1.02 / 1.4)
+    room, basis = a.room
+    assert room == pytest.approx(0.5) and "67% is +10.9%" in basis
+    assert "up to 50% of the pages can live on node 1" in render([a])
+
+
+def test_the_fast_node_alone_is_the_fastest_where_it_was_measured_faster():
+    # two GPUs share the fast node: 4:1 predicted max(0.8*96.6, 0.2*878, 96.6) = 175.6 ms; bind:0 measured 96.6
+    r = run([entry("adam_offload", "h2d", "bind:0", 0.0966), entry("adam_offload", "h2d", "bind:3", 0.878)])
+    (a,) = advise(r)
+    assert a.best.weights == "0=4,3=1" and a.best.predicted_s == pytest.approx(0.1756)
+    assert a.fastest[0] == "bind:0"
+    assert "fastest: bind:0 (96.6 ms; measured)" in render([a])

@@ -17,6 +17,14 @@ GPU's Adam kernel) are left out.
 From the model: the time at every ratio of the grid, the fastest ratio, and how much of the
 state can live on the slower node before the phase slows by more than ``SLOWDOWN_BUDGET``:
 share_B <= (1 + budget) * t_fast / t_B where the link bounds the phase.
+
+Every prediction says what it stands on: a ratio the run measured, one between two measured
+weighted ratios (interpolated), or one beyond them (extrapolated, by how many percentage points
+of the share on the faster node from the nearest measured ratio). The bound ends (bind:A,
+bind:B) anchor the model but are not weighted ratios: a 4:1 prediction from 1:1..1:4
+measurements is an extrapolation. The fastest choice includes the fast node alone where it was
+measured faster than every ratio of the grid; the room on the slower node is checked against
+every measured ratio it crosses (a measured ratio beyond the budget caps it).
 """
 from __future__ import annotations
 
@@ -73,6 +81,78 @@ class Advice:
         return min(near, key=lambda p: p.share_fast)
 
     @property
+    def measured_shares(self) -> list[float]:
+        """Shares of pages on the faster node of the weighted ratios the run measured."""
+        return sorted({p.share_fast for p in self.predictions if p.measured_s is not None}
+                      | set(self.extra_measured))
+
+    extra_measured: dict = field(default_factory=dict)  # share_fast -> measured s, ratios outside the grid
+
+    def basis(self, share_fast: float) -> tuple[str, float]:
+        """('measured' | 'interpolated' | 'extrapolated' | 'model only', percentage points from the
+        nearest measured weighted ratio) for a prediction at ``share_fast``."""
+        ms = self.measured_shares
+        if not ms:
+            return "model only", float("nan")
+        if any(abs(share_fast - m) < 1e-6 for m in ms):
+            return "measured", 0.0
+        if ms[0] < share_fast < ms[-1]:
+            return "interpolated", min(abs(share_fast - m) for m in ms) * 100
+        return "extrapolated", min(abs(share_fast - m) for m in ms) * 100
+
+    def basis_text(self, share_fast: float) -> str:
+        kind, pts = self.basis(share_fast)
+        if kind == "measured":
+            return "measured"
+        if kind == "model only":
+            return "model only: no weighted ratio measured"
+        return f"{kind}, {pts:.0f} pts from the nearest measured ratio"
+
+    @property
+    def fastest(self) -> tuple[str, float, str]:
+        """(choice, seconds, what it stands on): the fast node alone where it was measured faster
+        than every ratio of the grid (beyond 0.5%), else the grid's best."""
+        best = self.best
+        if self.t_fast < best.predicted_s / 1.005:
+            return f"bind:{self.fast}", self.t_fast, "measured"
+        return f"weighted:{best.weights}", best.predicted_s, self.basis_text(best.share_fast)
+
+    @property
+    def room(self) -> tuple[float, str]:
+        """The share of pages the slower node can hold within the budget: the model's
+        (``max_slow_share``), capped below the first measured ratio it crosses that is slower
+        than the budget; with what it stands on."""
+        model = self.max_slow_share
+        budget = (1 + SLOWDOWN_BUDGET) * self.t_fast
+        measured = {p.share_fast: p.measured_s for p in self.predictions if p.measured_s is not None}
+        measured.update(self.extra_measured)
+        crossed = sorted((1 - f, t) for f, t in measured.items() if 1 - f <= model + 1e-9)
+        ok = [s for s, t in crossed if t <= budget]
+        bad = [(s, t) for s, t in crossed if t > budget]
+        if bad:
+            s_bad, t_bad = bad[0]
+            below = [s for s in ok if s < s_bad]
+            room = max(below) if below else 0.0
+            return room, (f"the model says {model:.0%}, but the measured {s_bad:.0%} is "
+                          f"{(t_bad / self.t_fast - 1) * 100:+.1f}% over bind:{self.fast}: "
+                          + (f"{room:.0%} is the largest measured share within the budget" if below
+                             else f"less than {s_bad:.0%}, no measured share within the budget"))
+        if model >= 1.0 - 1e-9 and self.t_slow <= budget:
+            return model, f"measured: bind:{self.slow} itself is within the budget"
+        if not measured:
+            return model, "model only: no weighted ratio measured"
+        slow_shares = sorted(1 - f for f in measured)
+        if crossed and abs(crossed[-1][0] - model) < 1e-9:
+            return model, "measured"
+        if slow_shares[0] <= model <= slow_shares[-1]:
+            return model, (f"interpolated, checked against the {len(crossed)} measured ratio(s) it crosses"
+                           if crossed else "interpolated")
+        pts = min(abs(model - s) for s in slow_shares) * 100
+        return model, (f"extrapolated, {pts:.0f} pts beyond the nearest measured ratio"
+                       + (f"; the {len(crossed)} measured ratio(s) it crosses are within the budget" if crossed
+                          else ""))
+
+    @property
     def max_slow_share(self) -> float:
         """The largest share of pages on the slower node that keeps the phase within the budget
         of its time on the faster node alone."""
@@ -118,7 +198,8 @@ def advise(run: dict, family: str | None = None, where: dict | None = None) -> l
                     share = wf / (wf + ws)
                     adv.predictions.append(Prediction(f"{fast}={wf},{slow}={ws}", share,
                                                       predict(share, adv.t_fast, adv.t_slow, adv.floor),
-                                                      measured.get(round(share, 6))))
+                                                      measured.pop(round(share, 6), None)))
+                adv.extra_measured = measured  # measured ratios the grid lacks
                 out.append(adv)
     return sorted(out, key=lambda a: (a.family, a.phase, sorted(a.case.items(), key=str)))
 
@@ -134,7 +215,9 @@ def render(advices: Sequence[Advice]) -> str:
         return ("No case of this run was measured bound to two single nodes (bind:A and bind:B): nothing to "
                 "model. Run the same cases with --numa-policies='bind:A;bind:B' (and weighted ones to check).\n")
     lines = ["model: t(f) = max(f*t_fast, (1-f)*t_slow, floor); f = share of pages on the faster node; floor = "
-             "t_fast where the phase crosses the host link, else 0 (the nodes' bandwidth adds up)", ""]
+             "t_fast where the phase crosses the host link, else 0 (the nodes' bandwidth adds up)",
+             "each prediction says what it stands on: measured, interpolated between measured weighted ratios, or "
+             "extrapolated beyond them (pts: percentage points of f from the nearest measured ratio)", ""]
     errors = []
     for a in advices:
         case = " ".join(f"{k}={v}" for k, v in sorted(a.case.items(), key=lambda kv: str(kv[0])))
@@ -146,12 +229,16 @@ def render(advices: Sequence[Advice]) -> str:
             if p.measured_s is not None:
                 cell += f" (measured {_ms(p.measured_s)}, {p.error_pct:+.1f}%)"
                 errors.append(abs(p.error_pct))
+            else:
+                kind, pts = a.basis(p.share_fast)
+                cell += (" [model only]" if kind == "model only" else f" [{kind[:6]}. {pts:.0f} pts]")
             row.append(cell)
         lines.append("  predicted ms by weights fast:slow: " + "; ".join(row))
-        best = a.best
-        lines.append(f"  fastest: weighted:{best.weights} ({_ms(best.predicted_s)} ms, {best.share_fast:.0%} on node "
-                     f"{a.fast}); up to {a.max_slow_share:.0%} of the pages can live on node {a.slow} within "
-                     f"{SLOWDOWN_BUDGET:.0%} of bind:{a.fast}")
+        choice, secs, basis = a.fastest
+        share = "" if choice.startswith("bind:") else f", {a.best.share_fast:.0%} on node {a.fast}"
+        room, room_basis = a.room
+        lines.append(f"  fastest: {choice} ({_ms(secs)} ms{share}; {basis}); up to {room:.0%} of the pages can "
+                     f"live on node {a.slow} within {SLOWDOWN_BUDGET:.0%} of bind:{a.fast} ({room_basis})")
     if errors:
         lines += ["", f"model error against the measured weighted cases: median {sorted(errors)[len(errors) // 2]:.1f}%, "
                       f"largest {max(errors):.1f}% over {len(errors)} cases"]
