@@ -190,6 +190,7 @@ def _ci_test_box(tmp_path: Path) -> Sandbox:
     box = Sandbox(tmp_path, ".ci/test", ".ci/guest/setup")
     _exe(box.repo / ".ci" / "setup", "#!/bin/sh\nexit 0\n")
     _exe(box.repo / ".ci" / "fleet-setup", "#!/bin/sh\nexit 0\n")  # PostgreSQL for tests/test_fleet_pg.py
+    _exe(box.repo / ".ci" / "browser-setup", "#!/bin/sh\nexit 0\n")  # Chromium for tests/test_publish_browser.py
     return box
 
 
