@@ -50,6 +50,7 @@ from typing import ClassVar
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.families.train_step import MODES, POOL
+from numabench.families.train_step.applied import mismatch, running_policy
 from numabench.families.train_step.configs import BETAS, EPS, WEIGHT_DECAY
 
 SETUP_STEPS = 4
@@ -495,6 +496,12 @@ class Worker(BaseWorker):
         threads = rank_threads(spec)
         if threads:
             torch.set_num_threads(threads)
+        # the policy this rank really runs under (a launcher's own numactl, a cpuset), before any
+        # host state is allocated: a rank without the case's policy fails the case, named
+        running = running_policy()
+        why = mismatch(spec.policy, running)
+        if why:
+            raise RuntimeError(f"rank {rank} did not get the case's memory policy: {why}")
         addr = str(spec.extra.get("master_addr") or "127.0.0.1")
         port = int(spec.extra.get("master_port") or derived_port(spec))
         with self.setup_part("dist_init"):
@@ -525,7 +532,12 @@ class Worker(BaseWorker):
             torch.cuda.synchronize(device)
         ranges = tr.host_state_ranges()
         placement = pages_report(ranges) if ranges else anon_report()
+        after = running_policy()  # the libraries set up: still the case's policy
+        why = mismatch(spec.policy, after)
+        if why:
+            raise RuntimeError(f"rank {rank} left the case's memory policy while its trainer was set up: {why}")
         return {"placement": placement.to_dict(), "placed": "host state" if ranges else "process anon memory",
+                "mempolicy": running, "case_policy": spec.policy,
                 "numa_maps": numa_maps_report().to_dict(), "host_bytes_by_node": anon_report().to_dict(),
                 "host_state_bytes": sum(n for _, n in ranges),
                 "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
