@@ -125,3 +125,17 @@ def test_bad_csv_is_a_usage_error(tmp_path, capsys, text, message):
         import_csv(src)
     assert main(["import-csv", str(src), "--out", str(tmp_path / "o.json")]) == 2
     assert "numabench:" in capsys.readouterr().err
+
+
+def test_import_csv_stores_no_path_of_this_machine(tmp_path):
+    import json as _json
+
+    from numabench.cli import main as _main
+
+    src = Path(__file__).resolve().parent / "data" / "seed" / "qwen2.5-7B_normal_interleave.csv"
+    out = tmp_path / "n.json"
+    assert _main(["import-csv", str(src), "--out", str(out), "--gpu", "seed GPU", "--cpu", "seed host"]) == 0
+    text = out.read_text()
+    assert str(src.parent) not in text and str(tmp_path) not in text
+    info = _json.loads(text)["commit_info"]
+    assert info["csv_file"] == src.name and len(info["csv_sha256"]) == 64

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import hashlib
 import io
 from pathlib import Path
 
@@ -191,7 +192,9 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
         "machine_info": {"node": "seed-csv", "processor": "unknown", "machine": "unknown", "system": "Linux",
                          "python_implementation": "unknown", "python_version": "unknown", "release": "unknown",
                          "cpu": {"brand_raw": cpu_model}, "numabench": info},
-        "commit_info": {"id": "unknown", "source": "seed-csv", "csv_file": str(path), "dirty": False,
+        # the file's name and content hash, never this machine's path to it
+        "commit_info": {"id": "unknown", "source": "seed-csv", "csv_file": path.name,
+                        "csv_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(), "dirty": False,
                         "project": "numa-gpu-adam-bench", "branch": "(unknown)"},
         "benchmarks": benchmarks,
         "datetime": _dt.datetime.now(_dt.timezone.utc).isoformat(),
