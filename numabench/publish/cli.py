@@ -18,8 +18,10 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="the site's folder (must be empty or new; --force replaces it)")
     p.add_argument("--force", action="store_true", help="replace a non-empty --out folder")
     p.add_argument("--git", action="store_true", help="also every run ever committed under each folder named")
-    p.add_argument("--index", default=None, help="also the runs in a fleet index (http(s)://HOST:PORT/INDEX)")
-    p.add_argument("--key", action="append", default=None, help="with --index: only this hardware key (repeatable)")
+    p.add_argument("--fleet", "--index", dest="fleet", default=None, metavar="URL",
+                   help="also the runs in a fleet's store: its PostgreSQL database (postgresql://USER@HOST/DB) or "
+                        "an index (http(s)://HOST:PORT/INDEX)")
+    p.add_argument("--key", action="append", default=None, help="with --fleet: only this hardware key (repeatable)")
     p.add_argument("--threshold", default=DEFAULT_THRESHOLD, help="change point: beyond the previous run's band by "
                                                                   "more than this")
     p.set_defaults(func=cmd_publish)
@@ -29,19 +31,24 @@ def cmd_publish(ns: argparse.Namespace) -> int:
     from pathlib import Path
 
     from numabench.publish.build import build_site
-    from numabench.publish.source import dedupe, runs_from_git, runs_from_index, runs_from_paths
+    from numabench.publish.source import dedupe, runs_from_git, runs_from_fleet, runs_from_paths
 
-    if not ns.sources and not ns.index:
-        raise UsageError("publish: name run files or folders (e.g. baselines), or --index URL")
+    if not ns.sources and not ns.fleet:
+        raise UsageError("publish: name run files or folders (e.g. baselines), or --fleet URL")
     t0 = time.monotonic()
     runs = runs_from_paths(ns.sources) if ns.sources else []
     if ns.git:
         for s in ns.sources:
             if Path(s).is_dir():
                 runs += runs_from_git(s)
-    if ns.index:
-        runs += runs_from_index(ns.index, ns.key)
-    site = build_site(dedupe(runs), ns.out, source=" ".join(ns.sources + ([ns.index] if ns.index else [])),
+    if ns.fleet:
+        runs += runs_from_fleet(ns.fleet, ns.key)
+    shown = []
+    if ns.fleet:
+        from numabench.results.fleet_pg import is_postgres_url, redact
+
+        shown = [redact(ns.fleet) if is_postgres_url(ns.fleet) else ns.fleet]  # no password on the pages
+    site = build_site(dedupe(runs), ns.out, source=" ".join(ns.sources + shown),
                       threshold=ns.threshold, force=ns.force)
     print(f"wrote {len(site.pages)} pages for {site.keys} hardware key(s), {site.runs} run(s) in {site.out} "
           f"({time.monotonic() - t0:.1f} s); open {site.out / 'index.html'}", file=sys.stdout)

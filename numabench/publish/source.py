@@ -1,5 +1,5 @@
 """Where the site's runs come from, each as (label, run dict): run files and folders of them,
-every run ever committed under a folder (git), or a fleet index. Any other source plugs in by
+every run ever committed under a folder (git), or a fleet's store (PostgreSQL or an index). Any other source plugs in by
 producing the same list."""
 from __future__ import annotations
 
@@ -69,16 +69,26 @@ def runs_from_git(folder: str | Path) -> list[Run]:
     return out
 
 
-def runs_from_index(url: str, keys: list[str] | None = None) -> list[Run]:
-    """The runs of ``keys`` (default: every key) in a fleet index (numabench fleet)."""
-    from numabench.results.fleet import FleetIndex
+def runs_from_fleet(url: str, keys: list[str] | None = None) -> list[Run]:
+    """The runs of ``keys`` (default: every key) in a fleet's store: its PostgreSQL database
+    (postgresql://...) or an Elasticsearch/OpenSearch index (http(s)://HOST:PORT/INDEX)."""
+    from numabench.results.fleet_pg import is_postgres_url
 
-    index = FleetIndex(url)
     out: list[Run] = []
-    for key in keys or index.keys():
-        out += [(rid, run) for rid, run in index.runs(key)]
+    if is_postgres_url(url):
+        from numabench.results.fleet_pg import FleetDB
+
+        with FleetDB(url) as db:
+            for key in keys or db.keys():
+                out += db.runs(key)
+    else:
+        from numabench.results.fleet import FleetIndex
+
+        index = FleetIndex(url)
+        for key in keys or index.keys():
+            out += list(index.runs(key))
     if not out:
-        raise UsageError(f"publish: no runs in {url}")
+        raise UsageError(f"publish: no runs{' of ' + ', '.join(keys) if keys else ''} in the fleet store {url}")
     return out
 
 
