@@ -413,3 +413,48 @@ def test_a_committed_baseline_round_trips_and_its_size(db_url):
         [(_label, back)] = db.runs(run["machine_info"]["numabench"]["hardware_key"])
     assert back == run
     assert grown < path.stat().st_size, (grown, path.stat().st_size)
+
+
+def _setup_box(tmp_path: Path) -> tuple[Path, dict]:
+    """.ci/fleet-setup with apt-get and id stubbed (root, a Debian without PostgreSQL)."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(parents=True)
+    calls = tmp_path / "calls.log"
+    pg_root = tmp_path / "pg"
+    conf = tmp_path / "createcluster.conf"
+    conf.write_text("# create_main_cluster = true\n")
+    (bin_ / "id").write_text("#!/bin/sh\necho 0\n")
+    (bin_ / "apt-get").write_text(
+        f'#!/bin/sh\necho "apt-get $*" >>{calls}\n'
+        f'case "$*" in *"install"*" postgresql") grep -q "create_main_cluster = false" {conf} || exit 1; '
+        f'mkdir -p {pg_root}/15/bin && printf "#!/bin/sh\\n" >{pg_root}/15/bin/postgres && '
+        f'chmod +x {pg_root}/15/bin/postgres ;; esac\n')
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "NUMABENCH_PG_ROOT": str(pg_root),
+           "NUMABENCH_PG_CLUSTER_CONF": str(conf), "NUMABENCH_VENV": str(REPO / ".venv")}
+    env.pop("NUMABENCH_PG_BINDIR", None)
+    env.pop("NUMABENCH_PG_APT", None)
+    return calls, env
+
+
+def test_fleet_setup_installs_postgresql_without_a_cluster_under_ci_only(tmp_path):
+    pytest.importorskip("psycopg")
+    calls, env = _setup_box(tmp_path)
+    env.pop("CI", None)
+    out = subprocess.run(["bash", str(REPO / ".ci" / "fleet-setup")], env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and not calls.exists(), out.stderr  # not asked: no apt, a line saying the tests skip
+    assert "no PostgreSQL server binaries" in out.stderr and "will skip" in out.stderr
+    out = subprocess.run(["bash", str(REPO / ".ci" / "fleet-setup")], env={**env, "CI": "true"},
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    installs = [c for c in calls.read_text().splitlines() if " install " in c]
+    assert installs[0].endswith("postgresql-common") and installs[-1].endswith(" postgresql")
+    assert "create_main_cluster = false" in Path(env["NUMABENCH_PG_CLUSTER_CONF"]).read_text()
+    assert "[fleet-setup] ready: psycopg" in out.stderr
+    # under CI, an apt that fails fails the script in one line
+    calls2, env2 = _setup_box(tmp_path / "again")
+    (Path(env2["PATH"].split(":")[0]) / "apt-get").write_text("#!/bin/sh\nexit 100\n")
+    out = subprocess.run(["bash", str(REPO / ".ci" / "fleet-setup")], env={**env2, "CI": "true"},
+                         capture_output=True, text=True)
+    assert out.returncode == 1 and out.stderr.strip().splitlines()[-1].startswith("[fleet-setup] ERROR: `apt-get install")
