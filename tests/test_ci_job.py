@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("setup", "build", "plan", "run", "report", "learn")
+STEPS = ("setup", "build", "plan", "run", "report", "publish", "learn")
 
 
 def test_the_workflow_runs_the_gate_job_steps():
@@ -88,4 +88,4 @@ def test_the_gate_job_end_to_end_on_the_touch_family(tmp_path):
     pooled = json.loads((window / "baseline.json").read_text())["benchmarks"][0]["extra_info"]
     assert len(pooled["invocation_medians_s"]) == 4 and len(set(pooled["invocation_sources"])) == 2
     bad = gate_job("lint", tmp_path)
-    assert bad.returncode == 2 and "allowed setup, build, plan, run, report, learn, all" in bad.stderr
+    assert bad.returncode == 2 and "allowed setup, build, plan, run, report, publish, learn, all" in bad.stderr
