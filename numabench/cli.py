@@ -169,6 +169,18 @@ def cmd_history(ns: argparse.Namespace) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
+    from numabench.results.formats import render_refusal
+
+    try:
+        return _compare(ns)
+    except UsageError as e:  # a refusal: in the format a machine reads it in, and on stderr as always
+        shown = render_refusal(str(e), ns.format)
+        if shown:
+            sys.stdout.write(shown)
+        raise
+
+
+def _compare(ns: argparse.Namespace) -> int:
     from numabench.results.compare import compare_runs
     from numabench.results.formats import render_as
 

@@ -171,7 +171,30 @@ def test_foreign_hardware_is_refused(tmp_path, capsys):
     assert main(["compare", a, b]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "different hardware" in err and "--allow-foreign" in err
-    assert main(["compare", a, b, "--allow-foreign"]) == 1
+    # allowed: a difference between two machines' hardware is no regression, and every format says so
+    assert main(["compare", a, b, "--allow-foreign"]) == 0
+    assert "different hardware" in capsys.readouterr().out
+    for fmt in ("markdown", "json", "github"):
+        assert main(["compare", a, b, "--allow-foreign", "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert "different hardware" in out and "::error" not in out, fmt
+    # refused: in the format asked for, on stdout (stderr keeps its line)
+    assert main(["compare", a, b, "--format", "json"]) == 2
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["exit_code"] == 2 and "different hardware" in json.loads(cap.out)["error"]
+    assert "different hardware" in cap.err
+    assert main(["compare", a, b, "--format", "github"]) == 2
+    assert capsys.readouterr().out.startswith("::error title=numabench compare refused::runs were measured")
+
+
+def test_same_under_the_absolute_floor_says_so():
+    # 20 us band, +7.7% beyond it: 1.5 us, under the 2 us floor
+    old = run([bench("h2d", 1, "default", noisy(20e-6, 0.001, 20, 1), invocations=[19.9e-6, 20e-6, 20.1e-6])])
+    new = run([bench("h2d", 1, "default", noisy(21.6e-6, 0.001, 20, 2), invocations=[21.65e-6])])
+    (row,) = compare_runs(old, new).rows
+    assert row.verdict == SAME and row.under_floor
+    assert row.verdict_text == "same (under the 2 us floor)"
+    assert "under the 2 us floor" in render(compare_runs(old, new))
 
 
 def test_usage_errors_exit_2(tmp_path, capsys):

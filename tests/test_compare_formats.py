@@ -96,3 +96,13 @@ def test_a_gated_runs_threshold_is_the_offline_default():
     res = compare_runs(old, new)
     assert res.threshold_pct == 50.0 and not res.regressions  # +19% is within 50%: as the session judged
     assert compare_runs(old, new, threshold="3%").regressions  # an explicit threshold wins
+
+
+def test_markdown_does_not_table_entries_without_a_baseline():
+    old, new = _runs()
+    extra = [bench("d2h", n, "default", None, 0.0101, [0.0101]) for n in range(1, 41)]
+    new["benchmarks"] += extra
+    md = render_markdown(compare_runs(old, new))
+    assert sum(1 for ln in md.splitlines() if ln.startswith("| test_adam_offload")) == 2
+    assert "40 entries have no baseline entry (not tabled" in md
+    assert md.count("d2h-np") <= 6

@@ -50,7 +50,9 @@ from numabench.results.invocations import invocation_medians, run_machine
 from numabench.results.seed_csv import load_run
 
 FASTER, SLOWER, SAME, NO_BASELINE, NO_DATA = "faster", "slower", "same", "no baseline", "no data"
-VERDICTS = (SLOWER, FASTER, SAME, INSUFFICIENT, INFORMATIONAL, NO_BASELINE, NO_DATA)
+# --allow-foreign: the runs' hardware keys differ, so a difference is the hardware's, never a verdict
+OTHER_HARDWARE = "other hardware"
+VERDICTS = (SLOWER, FASTER, SAME, INSUFFICIENT, INFORMATIONAL, OTHER_HARDWARE, NO_BASELINE, NO_DATA)
 DEFAULT_THRESHOLD = "3%"
 DEFAULT_COARSEST = f"{DEFAULT_COARSEST_PCT:g}%"
 MIN_EXCESS_S = 2e-6
@@ -131,9 +133,19 @@ class Row:
         return self.verdict == SLOWER and self.confirm_verdict in (None, SLOWER)
 
     @property
+    def under_floor(self) -> bool:
+        """Judged the same only because the excess is under MIN_EXCESS_S (beyond its threshold in %)."""
+        if self.verdict != SAME or self.threshold_pct is None or self.band is None or not self.new_medians:
+            return False
+        beyond = self.beyond_band_pct or 0.0
+        return abs(beyond) > self.threshold_pct
+
+    @property
     def verdict_text(self) -> str:
         if self.direction and self.direction != SAME:
             return f"{self.verdict} ({self.direction})"
+        if self.under_floor:
+            return f"{self.verdict} (under the {MIN_EXCESS_S * 1e6:g} us floor)"
         return self.verdict
 
     @property
@@ -191,6 +203,11 @@ class CompareResult:
     @property
     def threshold_pct(self) -> float:
         return self.rule.threshold_pct
+
+    @property
+    def foreign(self) -> bool:
+        """The runs were measured under different hardware keys (compared with allow_foreign)."""
+        return self.baseline_key != self.new_key
 
     @property
     def regressions(self) -> list[Row]:
@@ -279,6 +296,9 @@ def compare_runs(baseline: str | Path | dict, new: str | Path | dict, *, thresho
                           rule, new_rounds=data[:cut], new_machine=machine_b, baseline_machine=machine_a)
         if confirmation:
             row = confirm(row, confirmation, data[cut:])
+        if res.foreign and row.gated:  # a difference between two machines' hardware is no verdict
+            row.verdict, row.direction = OTHER_HARDWARE, row.verdict
+            row.why = f"measured on other hardware ({ka!r} vs {kb!r})"
         res.rows.append(row)
     news = {x["fullname"] for x in b["benchmarks"]}
     res.only_baseline = [f for f in olds if f not in news]
@@ -334,6 +354,12 @@ def rule_line(rule: GateRule) -> str:
 def summary_lines(res: CompareResult) -> list[str]:
     counts = res.counts()
     lines = [f"{len(res.rows)} entries: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)]
+    if res.foreign:
+        lines.append(foreign_warning(res))
+    floored = [r for r in res.rows if r.under_floor]
+    if floored:
+        lines.append(f"{len(floored)} entries beyond their threshold in % but by less than {MIN_EXCESS_S * 1e6:g} us "
+                     "(the timer's resolution): same")
     gated = [r for r in res.gated if r.detectable_pct is not None]
     if gated:
         det = sorted(r.detectable_pct for r in gated)
@@ -367,6 +393,12 @@ def summary_lines(res: CompareResult) -> list[str]:
         lines.append(f"REGRESSION: {len(res.regressions)} entries slower than the baseline's band by more than "
                      "their threshold")
     return lines
+
+
+def foreign_warning(res: CompareResult) -> str:
+    return (f"WARNING: the runs were measured on different hardware ({res.baseline_key!r} vs {res.new_key!r}, "
+            "--allow-foreign): every difference is the hardware's as much as the code's; no entry is judged "
+            f"slower or faster ({OTHER_HARDWARE}), and none fails the run")
 
 
 def render(res: CompareResult, *, show: str = "all") -> str:

@@ -12,10 +12,12 @@ from numabench.results.compare import (
     HEADER,
     INFORMATIONAL,
     INSUFFICIENT,
+    NO_BASELINE,
     SLOWER,
     CompareResult,
     Row,
     render,
+    foreign_warning,
     rule_line,
     summary_lines,
     table_rows,
@@ -26,8 +28,9 @@ FORMATS = ("text", "markdown", "github", "json")
 
 def render_markdown(res: CompareResult, *, show: str = "changed") -> str:
     """A Markdown summary: the verdict line, the table (``show``: all, or changed: every row
-    that is not "same"), the summary lines."""
-    rows = res.rows if show == "all" else [r for r in res.rows if r.verdict != "same"]
+    that is not "same" and has a baseline entry: the entries without one are counted and named
+    in a line, not tabled, so a job summary stays short), the summary lines."""
+    rows = res.rows if show == "all" else [r for r in res.rows if r.verdict not in ("same", NO_BASELINE)]
     status = (f"**{len(res.regressions)} regression(s)**" if res.regressions
               else "**no regression**")
     out = [f"### numabench gate: {status}", "",
@@ -43,13 +46,17 @@ def render_markdown(res: CompareResult, *, show: str = "changed") -> str:
         out.append("")
     elif show != "all":
         out += ["Every compared entry is within its band.", ""]
+    missing = [r.name for r in res.rows if r.verdict == NO_BASELINE]
+    if missing and show != "all":
+        out += [f"{len(missing)} entries have no baseline entry (not tabled; --all lists them): "
+                + ", ".join(f"`{n}`" for n in missing[:5]) + (", ..." if len(missing) > 5 else ""), ""]
     out += [f"- {line}" for line in summary_lines(res)]
     return "\n".join(out) + "\n"
 
 
 def warnings(res: CompareResult) -> list[str]:
     """What a reader must not miss although it fails nothing: entries that are not gated."""
-    out = []
+    out = [foreign_warning(res)] if res.foreign else []
     thin = [r.name for r in res.rows if r.verdict == INSUFFICIENT]
     if thin:
         out.append(f"{len(thin)} entries have insufficient data and are NOT GATED ({', '.join(thin[:5])}"
@@ -91,7 +98,9 @@ def render_github(res: CompareResult) -> str:
             lines.append(f"::warning title={_escape_property('numabench: not confirmed ' + row.name)}::"
                          f"{_escape_data(_describe(row))}")
     for warning in warnings(res):
-        lines.append(f"::warning title=numabench: not gated::{_escape_data(warning)}")
+        title = "numabench: other hardware" if warning.startswith("WARNING: the runs were measured on different") \
+            else "numabench: not gated"
+        lines.append(f"::warning title={title}::{_escape_data(warning)}")
     lines.append(f"::notice title=numabench gate::{_escape_data('; '.join(summary_lines(res)))}")
     return "\n".join(lines) + "\n"
 
@@ -122,6 +131,16 @@ def to_json(res: CompareResult) -> dict[str, Any]:
         } for r in res.rows],
         "summary": summary_lines(res),
     }
+
+
+def render_refusal(message: str, fmt: str) -> str | None:
+    """A refused comparison (a usage error: foreign hardware, no baseline, a bad file) in the
+    machine-read formats, for stdout; None for text and markdown (stderr carries it)."""
+    if fmt == "json":
+        return json.dumps({"error": message, "exit_code": 2, "regressions": None, "entries": []}, indent=2) + "\n"
+    if fmt == "github":
+        return f"::error title=numabench compare refused::{_escape_data(message)}\n"
+    return None
 
 
 def render_as(res: CompareResult, fmt: str, *, show: str = "all") -> str:
