@@ -62,3 +62,24 @@ def test_other_modes_and_runs_without_deepspeed_give_no_rows(tmp_path):
     assert "## adam_offload beside DeepSpeed's optimizer step" in rep.markdown and "33%" in rep.text
     path.write_text(json.dumps(run(ddp, adam(2_000_000, 0.004))))
     assert "DeepSpeed" not in build_report(path, plots=False).markdown
+
+
+def test_modes_table_breaks_down_every_mode_against_no_offload():
+    from numabench.results.offload_modes import mode_rows, modes_table
+
+    def ts(mode, median_s, **parts):
+        return bench(f"test_train_step[step-np1-default-bf16-{mode}-small-node]", median_s, family="train_step",
+                     phase="step", nprocess=1, numel=32, dtype="bf16", policy="default", mode=mode, model="small",
+                     cpu_bind="node", n_params=4_000_000, **parts)
+
+    data = run(ts("no-offload", 0.020, forward_ms=5.0, backward_ms=10.0, optimizer_ms=5.0, pcie_bytes_per_param=0.0),
+               ts("streamed", 0.023, forward_ms=5.0, backward_ms=12.0, optimizer_ms=6.0, pcie_bytes_per_param=24.0),
+               ts("deepspeed-zero2", 0.175, forward_ms=20.0, backward_ms=90.0, optimizer_ms=60.0, cpu_adam_ms=45.0,
+                  gpu_idle_fraction_min=0.257, pcie_bytes_per_param=6.0),
+               ts("ddp", 0.021))  # no breakdown: an older run's entry, left out
+    rows = {r.mode: r for r in mode_rows(data)}
+    assert set(rows) == {"no-offload", "streamed", "deepspeed-zero2"}
+    assert abs(rows["streamed"].over_reference - 1.15) < 1e-9 and rows["no-offload"].over_reference == 1.0
+    table = modes_table(list(rows.values()))
+    assert "| deepspeed-zero2 | small | bf16 | 1 | default | 175.00 |" in table and "26%" in table
+    assert "1.15x" in table

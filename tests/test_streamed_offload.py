@@ -235,3 +235,85 @@ def test_pcie_model_and_modes():
     assert pcie_bytes_per_param("deepspeed-zero2", "bf16") == 6.0
     with pytest.raises(ValueError, match="allowed"):
         pcie_bytes_per_param("zero9", "bf16")
+
+
+# -- GPU (.ci/gpu-offload runs these) ------------------------------------------------
+gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_gpu_streamed_update_matches_torch_adamw(dtype):
+    """Our fused kernel on streamed chunks (pinned host state, three streams, staging slots reused)
+    against torch.optim.AdamW in float64 over the same gradients."""
+    wd = torch.float32 if dtype == "fp32" else torch.bfloat16
+    g = torch.Generator().manual_seed(5)
+    sizes = [(1000, 37), (5,), (3000,), (1,), (70_001,)]
+    host = [torch.randn(s, generator=g) for s in sizes]
+    params = [t.to("cuda", wd) for t in host]
+    init = [p.float().cpu() for p in params]
+    grads = [[torch.randn(s, generator=g).to(wd) for s in sizes] for _ in range(4)]
+    opt = StreamedAdamW(params, HYPER, chunk=8192, alloc="register", overlap_backward=False)
+    try:
+        for gs in grads:
+            for p, gr in zip(params, gs):
+                p.grad = gr.to("cuda")
+            opt.step()
+            opt.zero_grad()
+        torch.cuda.synchronize()
+        ref, _ = reference_steps(init, [[x.float() for x in gs] for gs in grads])
+        for i, (p, r) in enumerate(zip(params, ref)):
+            off = opt.offsets[i]
+            master = opt.host["master"].tensor[off:off + p.numel()].double()
+            err = float((master - r.detach().reshape(-1)).norm() / r.detach().norm())
+            assert err < 1e-5, (i, err)
+            assert torch.equal(p.reshape(-1).cpu(), master.float().to(wd))
+    finally:
+        opt.release()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_streamed_loss_curve_matches_fused_adamw():
+    """The same loss curve as torch's fused AdamW with all state on the GPU (fp32, tiny model),
+    with chunks launched from the backward hooks."""
+    from numabench.families.train_step.worker import Trainer
+
+    curves = {}
+    for mode in ("streamed", "no-offload"):
+        tr = Trainer(mode, "tiny", "fp32", 4, "cuda:0")
+        curves[mode] = [float(tr.step(tr.pool[i % 4])) for i in range(8)]
+        if tr.streamed is not None:
+            assert tr.streamed.overlap_backward
+            tr.streamed.release()
+    for a, b in zip(curves["streamed"], curves["no-offload"]):
+        assert abs(a - b) <= 2e-3 * abs(b), curves
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("model", ["tiny", "small"])
+def test_gpu_streamed_mode_placed_and_broken_down(model):
+    """The mode through the worker: the model learns (set-up check), its host state (master and
+    both moments, 12 B per parameter) placed as the policy says, the rank under the case's
+    policy, the step broken down."""
+    from numabench.cases import Case
+    from numabench.families import family
+    from numabench.machine.capabilities import probe
+    from numabench.machine.topology import discover
+    from numabench.numa.policy import Policy
+    from numabench.workers.run import run_case
+
+    topo = discover("/")
+    caps = probe(first_node=(topo.memory_node_ids or (0,))[0])
+    fam = family("train_step")
+    c = Case("train_step", 1, 4, Policy.parse("local"), "bf16", (("mode", "streamed"), ("model", model)))
+    res = run_case(c, fam, topo, caps, rounds=3, warmup=1, timeout_s=900)
+    info = res.setup_info[0]
+    assert info["placed"] == "host state" and info["host_state_bytes"] == 12 * info["n_params"]
+    assert info["mempolicy"]["mode"] == "bind"
+    assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
+    m = fam.metrics(res, "step")
+    assert m["pcie_bytes_per_param"] == 24.0 and m["forward_ms"] > 0 and m["backward_ms"] > 0
+    assert m["optimizer_ms"] >= 0 and "overlapped with backward" in m["impl"]

@@ -309,8 +309,14 @@ def test_gpu_offload_libraries(mode):
     assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
     m = FAM_MOD.metrics(res, "step")
     assert m["tokens_per_s"] > 0
+    assert all(i["mempolicy"]["mode"] == "bind" for i in infos), [i["mempolicy"] for i in infos]
+    assert m["forward_ms"] > 0 and m["backward_ms"] > 0 and m["optimizer_ms"] > 0
     if mode.startswith("deepspeed-"):  # our CUDA events around engine.step() against DeepSpeed's timer of it
+        # the span DeepSpeed's step timer covers (up to its post-step timer bookkeeping), on our clock
+        assert 0.9 <= m["optimizer_in_timer_over_deepspeed_timer"] <= 1.1, m
+        # and the whole call: the bookkeeping after its timer stops is small once every timer is reset
         assert 0.9 <= m["optimizer_over_deepspeed_timer"] <= 1.1, m
+        assert m["deepspeed_timer_optimizer_step_ms"] > 0 and 0 < m["gpu_idle_fraction_min"] < 1, m
 
 
 @pytest.mark.gpu

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from numabench.errors import UsageError
+from numabench.results.offload_modes import mode_rows, modes_table
 from numabench.results.offload_share import share_rows, share_table
 from numabench.results.seed_csv import load_run
 from numabench.results.tables import adam_offload_table, entries, grouped_tables
@@ -105,6 +106,15 @@ def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | 
                 "adam_offload step of the same parameters per rank, ranks, policy and dtype (the fastest "
                 "schedule); explained = adam_offload / engine.step."), "", share_table(shares), ""]
         text += ["adam_offload beside DeepSpeed's optimizer step", share_table(shares), ""]
+    modes = mode_rows(run) if family in (None, "train_step") and not where else []
+    if modes:
+        md += ["## train_step — where the step goes, per mode", "",
+               ("forward / backward / optimizer (what is left after backward returns) on our clock (CUDA events); "
+                "CPU Adam: DeepSpeed's own optimizer_step timer; GPU idle >=: that CPU Adam's share of the step; "
+                "PCIe B/param: a model of each mode's copies; x no-offload: the step over the reference's "
+                "(torch's fused AdamW, all state on the GPU) of the same model, dtype, ranks and policy."), "",
+               modes_table(modes), ""]
+        text += ["train_step: where the step goes, per mode", modes_table(modes), ""]
     markdown = "\n".join(md).rstrip() + "\n"
     md_path = None
     if out is not None:

@@ -1,0 +1,80 @@
+"""Where the training step goes, per train_step mode: the report's offload-modes table.
+
+One row per ``train_step`` entry (phase ``step``): the step, its forward / backward /
+optimizer parts (our clock: CUDA events on the current stream; DeepSpeed's own timers where
+the entry has them: its CPU Adam), the GPU's idle share while DeepSpeed's CPU Adam runs (a
+lower bound), the bytes over PCIe per step per parameter (a model of each mode's copies) and
+the step over the no-offload reference's step (same model, dtype, ranks, policy and CPU
+binding in the same run or runs combined).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from numabench.results.seed_csv import load_run
+from numabench.results.tables import entries
+
+REFERENCE_MODE = "no-offload"
+
+
+@dataclass
+class ModeRow:
+    name: str
+    mode: str
+    model: str
+    dtype: str
+    nprocess: int
+    policy: str
+    cpu_bind: str
+    step_ms: float
+    forward_ms: float | None
+    backward_ms: float | None
+    optimizer_ms: float | None
+    cpu_adam_ms: float | None  # DeepSpeed's optimizer_step timer
+    gpu_idle_min: float | None
+    pcie_bytes_per_param: float | None
+    over_reference: float | None = None
+
+    def key(self) -> tuple:
+        return (self.model, self.dtype, self.nprocess, self.policy, self.cpu_bind)
+
+
+def mode_rows(run: str | Path | dict) -> list[ModeRow]:
+    """A row per train_step step entry of ``run``, with its ratio to the no-offload reference."""
+    data = run if isinstance(run, dict) else load_run(run)
+    extra = {b.get("name", ""): b.get("extra_info") or {} for b in data["benchmarks"]}
+    rows = []
+    for e in entries(data):
+        if e.family != "train_step" or e.phase != "step":
+            continue
+        x = extra.get(e.name, {})
+        if "forward_ms" not in x:  # a run from before the step was broken down
+            continue
+        rows.append(ModeRow(
+            e.name, str(x.get("mode", "ddp")), str(x.get("model", "")), str(e.axes["dtype"]), int(e.axes["nprocess"]),
+            str(e.axes["policy"]), str(x.get("cpu_bind", "")), e.median_s * 1e3, x.get("forward_ms"),
+            x.get("backward_ms"), x.get("optimizer_ms"), x.get("cpu_adam_ms"), x.get("gpu_idle_fraction_min"),
+            x.get("pcie_bytes_per_param")))
+    refs = {r.key(): r.step_ms for r in rows if r.mode == REFERENCE_MODE}
+    for r in rows:
+        ref = refs.get(r.key())
+        r.over_reference = None if ref is None else r.step_ms / ref
+    return sorted(rows, key=lambda r: (r.key(), r.step_ms))
+
+
+def modes_table(rows: list[ModeRow]) -> str:
+    """Markdown: one line per entry."""
+    out = ["| mode | model | dtype | ranks | policy | step ms | forward | backward | optimizer | CPU Adam "
+           "| GPU idle >= | PCIe B/param | x no-offload |",
+           "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def f(v: float | None, fmt: str = "{:.2f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    for r in rows:
+        out.append(f"| {r.mode} | {r.model} | {r.dtype} | {r.nprocess} | {r.policy} | {r.step_ms:.2f} | "
+                   f"{f(r.forward_ms)} | {f(r.backward_ms)} | {f(r.optimizer_ms)} | {f(r.cpu_adam_ms)} | "
+                   f"{f(r.gpu_idle_min, '{:.0%}')} | {f(r.pcie_bytes_per_param, '{:.0f}')} | "
+                   f"{f(r.over_reference, '{:.2f}x')} |")
+    return "\n".join(out)
