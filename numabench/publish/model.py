@@ -69,10 +69,13 @@ def _entry_history(name: str, runs: list[Run], threshold_pct: float) -> dict:
     points: list[Point] = []
     machines: list[list[str]] = []
     last: dict = {}
+    verdict: dict | None = None  # the newest gated run's verdict on this entry
     for k, (_, run) in enumerate(runs):
         bench = next((b for b in run["benchmarks"] if b.get("fullname") == name), None)
         if bench is None:
             continue
+        if (v := _verdict(bench)) is not None:
+            verdict = {**v, "run": k}
         meds = invocation_medians(bench)
         if not meds:
             continue
@@ -85,7 +88,7 @@ def _entry_history(name: str, runs: list[Run], threshold_pct: float) -> dict:
                        for p, m in zip(points, machines)],
             "changes": [{"run": c.run, "before": c.before, "after": c.after, "pct": round(c.change_pct, 2)}
                         for c in changes],
-            "verdict": _verdict(last) if points and points[-1].run == len(runs) - 1 else None,
+            "verdict": verdict,
             "invocations": len(invocation_medians(last)) if last else 0}
 
 

@@ -39,13 +39,15 @@ def page(title: str, body: str, data: dict | None = None, nav: str = "") -> str:
             f"<script src=\"site.js\"></script></body></html>\n")
 
 
-def table(header: list[str], rows: list[list[str]], num: set[int] = frozenset(), attrs: list[str] | None = None) -> str:
+def table(header: list[str], rows: list[list[str]], num: set[int] = frozenset(), attrs: list[str] | None = None,
+          css: str = "") -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = []
     for i, r in enumerate(rows):
         cells = "".join(f"<td class=\"num\">{c}</td>" if j in num else f"<td>{c}</td>" for j, c in enumerate(r))
         body.append(f"<tr{attrs[i] if attrs else ''}>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    cls = f' class="{css}"' if css else ""
+    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def runs_table(runs: list[dict]) -> str:
@@ -53,7 +55,7 @@ def runs_table(runs: list[dict]) -> str:
              esc(r["machine"]), esc(", ".join(r["invocation_machines"]) or "-"), esc(", ".join(r["gpus"]) or "-"),
              esc(r["kernel"] or "-"), esc(r["entries"]), esc(r["gated"] or "-")] for r in runs]
     return table(["run", "file", "when (UTC)", "commit", "machine", "invocations measured on", "GPUs", "kernel",
-                  "entries", "gated"], rows, num={0, 8, 9})
+                  "entries", "gated"], rows, num={0, 8, 9}, css="runs")
 
 
 def index_page(model: dict, source: str) -> str:
@@ -69,7 +71,7 @@ def index_page(model: dict, source: str) -> str:
         parts += [f"<h2 id=\"{esc(k['slug'])}\">{esc(k['key'])}</h2>",
                   f"<p><a href=\"{esc(numa_file(k))}\">NUMA placement: policies, weighted interleave, advisor</a></p>",
                   "<h3>Runs (oldest first)</h3>", runs_table(k["runs"]), "<h3>Families</h3>",
-                  table(["family", "entries", "change points", "newest gate verdicts"], fams, num={1, 2})]
+                  table(["family", "entries", "change points", "newest gate verdicts (the newest gated run)"], fams, num={1, 2})]
     return page("numabench results", "\n".join(parts))
 
 
@@ -85,11 +87,13 @@ def _history_chart(entry: dict, group: str, runs: list[dict]) -> dict:
             "series": [{"name": "median of invocation medians (band: their range)", "points": pts, "band": True}]}
 
 
-def _verdict_cell(v: dict | None) -> str:
+def _verdict_cell(v: dict | None, newest: int) -> str:
     if not v:
         return "<span class=\"muted\">-</span>"
     text = v.get("verdict") or "-"
     extra = f" ({v['beyond_band_pct']:+.1f}%)" if isinstance(v.get("beyond_band_pct"), (int, float)) else ""
+    if v.get("run") is not None and v["run"] != newest:
+        extra += f", run {v['run']}"  # the newest gated run is not the newest run
     return f"<span class=\"v-{esc(text)}\" title=\"{esc(v.get('why') or '')}\">{esc(text)}{esc(extra)}</span>"
 
 
@@ -114,7 +118,7 @@ def family_html(key: dict, fp: dict) -> str:
                          ms(last["v"] if last else None),
                          f"{ms(last['lo'])} to {ms(last['hi'])}" if last else "-", esc(e["invocations"]),
                          f"<span class=\"chg\">{esc(chg)}</span>" if chg else "<span class=\"muted\">-</span>",
-                         _verdict_cell(e["verdict"]), esc(", ".join(last["machines"]) if last else "-")])
+                         _verdict_cell(e["verdict"], len(fp["runs"]) - 1), esc(", ".join(last["machines"]) if last else "-")])
             attrs.append(f" data-entry=\"{k}\"")
         parts += [f"<h3>{esc(g['title'])}</h3>",
                   table(["entry", "history", "newest (ms)", "band (ms)", "invocations", "change points",
