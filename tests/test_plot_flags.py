@@ -104,6 +104,13 @@ def test_weighted_figure_is_readable(tmp_path, figures):
         lo, hi = ax.get_ylim()
         assert sum(1 for t in ax.get_yticks() if lo <= t <= hi) >= 2, ax.get_title()
         assert any("not measured" in t.get_text() for t in ax.texts)
+    # the advisor's model across the unmeasured ratios of a host-link phase: dotted, said to extrapolate
+    h2d = next(ax for ax in fig.axes if ax.get_title().startswith("H2D"))
+    dotted = [ln for ln in h2d.get_lines() if ln.get_linestyle() == ":"]
+    assert len(dotted) == 3 and all(min(ln.get_xdata()) == 50 and max(ln.get_xdata()) == 100 for ln in dotted)
+    assert any("model dotted" in t.get_text() and "extrapolated up to 25 pts" in t.get_text() for t in h2d.texts)
+    compute = next(ax for ax in fig.axes if ax.get_title().startswith("compute"))
+    assert not [ln for ln in compute.get_lines() if ln.get_linestyle() == ":"]  # no host memory: no model
 
 
 def test_overlapping_labels_finds_collisions():

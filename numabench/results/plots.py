@@ -362,7 +362,12 @@ def _weight_point(policy: str) -> tuple[tuple[int, ...], float, str] | None:
 
 
 def weighted_plots(run: dict, out: Path, family: str | None = None, where: dict | None = None) -> list[Path]:
-    """Time vs weight ratio, for runs with weighted-interleave policies."""
+    """Time vs weight ratio, for runs with weighted-interleave policies. Where ratios were not
+    measured (a gap wider than MAX_JOIN_PP), the advisor's model (numabench.results.advise) is
+    drawn dotted from the two single-node ends, and the gap says it is extrapolated and how far
+    from a measurement."""
+    from numabench.results.advise import HOST_FREE, HOST_ONLY_FAMILIES, predict
+
     es = entries(run, where)
     written = []
     plt = None
@@ -393,9 +398,11 @@ def weighted_plots(run: dict, out: Path, family: str | None = None, where: dict 
                 for ax, phase in zip(axs, phases):
                     pes = [e for e in ges if e.phase == phase]
                     gaps: set[tuple[float, float]] = set()
+                    model_drawn: dict[tuple[float, float], bool] = {}
                     for size in sorted({e.get("numel") for e in pes}):
                         pts = sorted((xpos[str(e.get("policy"))][0], e.median_s * 1e3, e.flag) for e in pes
                                      if e.get("numel") == size)
+                        ends = {x: y for x, y, _ in pts if x in (0.0, 100.0)}
                         # join measured ratios only where they are close: a wide gap is not measured
                         segment: list = []
                         color = None
@@ -403,13 +410,24 @@ def weighted_plots(run: dict, out: Path, family: str | None = None, where: dict 
                             if segment and pt[0] - segment[-1][0] > MAX_JOIN_PP:
                                 gaps.add((segment[-1][0], pt[0]))
                                 color = _line(ax, segment, color, format_size(size))
+                                # the advisor's model across the gap, from the two single-node ends
+                                if len(nodes) == 2 and len(ends) == 2 and (fam, phase) not in HOST_FREE:
+                                    floor = 0.0 if fam in HOST_ONLY_FAMILIES else min(ends.values())
+                                    xs = [segment[-1][0] + (pt[0] - segment[-1][0]) * i / 40 for i in range(41)]
+                                    ax.plot(xs, [predict(x / 100, ends[100.0], ends[0.0], floor) for x in xs],
+                                            linestyle=":", linewidth=1.2, color=color, marker=None)
+                                    model_drawn[(segment[-1][0], pt[0])] = True
                                 segment = []
                             segment.append(pt)
                         _line(ax, segment, color, format_size(size))
                         _flag_points(ax, pts)
                     for a, b in sorted(gaps):
                         ax.axvspan(a, b, color="gray", alpha=0.12, linewidth=0)
-                        ax.text((a + b) / 2, 0.5, "not measured", transform=ax.get_xaxis_transform(),
+                        modelled = model_drawn.get((a, b))
+                        note = ("not measured" if not modelled else
+                                f"not measured: model dotted,\nextrapolated up to {(b - a) / 2:.0f} pts "
+                                "from a measurement")
+                        ax.text((a + b) / 2, 0.5, note, transform=ax.get_xaxis_transform(),
                                 ha="center", va="center", rotation=90, fontsize=8, color="dimgray")
                     ticks = sorted({xpos[str(e.get("policy"))] for e in pes})
                     ax.set_xticks([t[0] for t in ticks], [f"{t[1]} ({t[0]:.0f}%)" for t in ticks], fontsize=8,
