@@ -432,7 +432,7 @@ def _setup_box(tmp_path: Path) -> tuple[Path, dict]:
     for f in bin_.iterdir():
         f.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "NUMABENCH_PG_ROOT": str(pg_root),
-           "NUMABENCH_PG_CLUSTER_CONF": str(conf), "NUMABENCH_VENV": str(REPO / ".venv")}
+           "NUMABENCH_PG_CLUSTER_CONF": str(conf), "NUMABENCH_VENV": str(REPO / ".venv"), "TMPDIR": str(tmp_path)}
     env.pop("NUMABENCH_PG_BINDIR", None)
     env.pop("NUMABENCH_PG_APT", None)
     return calls, env
@@ -458,3 +458,11 @@ def test_fleet_setup_installs_postgresql_without_a_cluster_under_ci_only(tmp_pat
     out = subprocess.run(["bash", str(REPO / ".ci" / "fleet-setup")], env={**env2, "CI": "true"},
                          capture_output=True, text=True)
     assert out.returncode == 1 and out.stderr.strip().splitlines()[-1].startswith("[fleet-setup] ERROR: `apt-get install")
+
+
+def test_a_missing_database_is_one_line(pg_server, monkeypatch, capsys):
+    monkeypatch.setenv("PGPASSWORD", pg_server.password)
+    assert main(["fleet", "keys", "--index", pg_server.url("no_such_db")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"numabench: {pg_server.url('no_such_db')}: cannot connect (FATAL: database \"no_such_db\" does not "
+                   "exist): create it first (createdb -O USER DBNAME; docs/CI.md)"]

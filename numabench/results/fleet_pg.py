@@ -149,9 +149,12 @@ class FleetDB:
             conn = psycopg.connect(self.url, autocommit=True, application_name="numabench", **timeout)
         except psycopg.OperationalError as e:
             why = _one_line(e)
-            hint = ("check the user and its password (PGPASSWORD, PGSERVICEFILE or ~/.pgpass)"
-                    if "authentication" in why or "password" in why or "role" in why
-                    else "is the server running, and is the host and port right?")
+            if "authentication" in why or "password" in why or "role" in why:
+                hint = "check the user and its password (PGPASSWORD, PGSERVICEFILE or ~/.pgpass)"
+            elif "database" in why and "does not exist" in why:
+                hint = "create it first (createdb -O USER DBNAME; docs/CI.md)"
+            else:
+                hint = "is the server running, and is the host and port right?"
             raise FleetError(f"{self.shown}: cannot connect ({why}): {hint}") from None
         try:
             migrate(conn)
