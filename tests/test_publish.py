@@ -125,3 +125,67 @@ def test_the_committed_baselines_publish_in_under_a_minute(tmp_path):
                           str(tmp_path / "site")], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr
     assert time.monotonic() - t0 < 60
+
+
+def _entry(seconds: float, invocations: list[float], gate: dict | None = None) -> dict:
+    x = {"family": "touch", "phase": "touch", "nprocess": 1, "numel": 1 << 20, "dtype": "fp32", "policy": "bind:0",
+         "invocation_medians_s": invocations, "invocation_machines": ["m1"] * len(invocations)}
+    if gate:
+        x["gate"] = gate
+    return {"name": "test_touch[x]", "fullname": "benchmarks/test_touch.py::test_touch[x]", "extra_info": x,
+            "stats": {"median": seconds, "mean": seconds, "stddev": 0.0}}
+
+
+def _run(when: str, bench: dict, machine: str) -> dict:
+    return {"machine_info": {"node": "n", "numabench": {"hardware_key": "K1", "machine_instance": machine}},
+            "commit_info": {"id": when.replace(":", "")}, "datetime": when, "benchmarks": [bench]}
+
+
+def test_change_points_and_the_newest_verdict_are_on_the_page(tmp_path):
+    gate = {"verdict": "slower", "confirmation": "slower", "beyond_band_pct": 85.0, "why": None}
+    runs = [("0001_a.json", _run("2026-01-01T00:00:00", _entry(1.0, [1.0, 1.01, 0.99]), "boxA")),
+            ("0002_b.json", _run("2026-01-02T00:00:00", _entry(2.0, [2.0, 2.01, 1.99]), "boxB")),
+            ("0003_c.json", _run("2026-01-03T00:00:00", _entry(2.0, [2.0, 2.02, 1.98], gate), "boxC"))]
+    site = build_site(runs, tmp_path / "site")
+    page = (tmp_path / "site" / "K1--touch.html").read_text()
+    spec = site_data(tmp_path / "site" / "K1--touch.html")["charts"][0]
+    assert [v[0] for v in spec["vlines"]] == [1]  # the doubling at run 1, confirmed by run 2
+    assert 'class="v-slower"' in page and "+85.0%" in page
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "1 slower" in index and all(m in index for m in ("boxA", "boxB", "boxC"))
+    assert site.keys == 1 and site.runs == 3
+
+
+@pytest.mark.parametrize("args, text", [
+    (["{bad}", "--out", "{d}/o"], "is not valid JSON"),
+    (["{base}", "--out", "{d}/o", "--threshold", "abc"], "abc"),
+    (["{base}", "--out", "{d}/afile"], "is not a folder"),
+], ids=["not-json", "threshold", "out-a-file"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, text):
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "afile").write_text("x")
+    fill = {"{bad}": str(tmp_path / "bad.json"), "{base}": str(BASELINES / "H200x1_Intel-Xeon_1node_cuda13"),
+            "{d}": str(tmp_path)}
+    argv = [a for a in args]
+    for k, v in fill.items():
+        argv = [a.replace(k, v) for a in argv]
+    res = subprocess.run([sys.executable, "-m", "numabench", "publish", *argv], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1 and text in lines[0], res.stdout + res.stderr
+
+
+def test_browser_setup_without_a_browser_names_the_command(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "mktemp", "id", "grep", "timeout", "rm", "head"):
+        (bin_dir / tool).symlink_to(subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True,
+                                                   text=True, check=True).stdout.strip())
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    for extra in ({}, {"CI": "true", "NUMABENCH_BROWSER_APT": "0"}):
+        res = subprocess.run([str(bin_dir / "bash"), str(ROOT / ".ci" / "browser-setup")], env={**env, **extra},
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert res.stderr.strip().splitlines() == [
+            "browser-setup: ERROR: no Chromium on PATH; install it with `apt-get install -y --no-install-recommends "
+            "chromium` (as root), or let this script do it: NUMABENCH_BROWSER_APT=1 bash .ci/browser-setup"]
