@@ -201,7 +201,8 @@ FAMILY = GpuOrCpuFamily(
     default_dtypes=("fp32", "bf16"),
     # cpu_bind: node (the node's CPUs shared by its ranks), rank-cores (disjoint physical cores
     # per rank, as DeepSpeed's --bind_cores_to_rank), none (unbound)
-    extra_axes={"mode": MODES, "model": ("tiny", "small"), "cpu_bind": CPU_BINDS},
+    extra_axes={"mode": MODES, "model": ("tiny", "small", "1b"), "cpu_bind": CPU_BINDS},
+    default_axis_values={"model": ("tiny", "small")},  # 1b on request (--numa-axis model=1b)
     cpu_bind=lambda case: case.param("cpu_bind", "node"),
     worker_axes=(),
     # per sequence of the global batch: its int64 tokens in the batch pool (x4) and, on CPU ranks,

@@ -4,6 +4,8 @@ while it collects cases; numabench.families.train_step.model builds the model in
 - ``tiny``: 2 layers, d=64, vocab 512, 64 tokens: CPU-sized (CI runs it with gloo).
 - ``small``: 12 layers, d=768, vocab 32000, 1024 tokens (GPT-2 small shape, ~134M
   parameters with the untied head): a GPU size.
+- ``1b``: 16 layers, d=2048, vocab 32000, 1024 tokens (~0.94B parameters): a GPU size, not in
+  the default matrix (``--numa-axis model=1b``).
 """
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ class GPTConfig:
 MODELS = {
     "tiny": GPTConfig(vocab=512, d_model=64, n_layers=2, n_heads=2, seq_len=64),
     "small": GPTConfig(vocab=32000, d_model=768, n_layers=12, n_heads=12, seq_len=1024, lr=1e-4),
+    # ~0.94B parameters: the size at which the streamed mode is judged against no-offload
+    # (its optimizer state, 12 B per parameter, is 11 GiB on the host)
+    "1b": GPTConfig(vocab=32000, d_model=2048, n_layers=16, n_heads=16, seq_len=1024, lr=1e-4),
 }
 
 
