@@ -100,7 +100,9 @@ def test_the_advisor_and_the_model_for_two_nodes(tmp_path):
     data = site_data(numa)
     model = [c for c in data["charts"] if c["series"][0]["name"] == "model t(f)"]
     assert model and any(c["series"][3]["points"] for c in model)  # measured weighted beside the model
-    assert "Advisor" in numa.read_text() and "fastest weights" in numa.read_text()
+    # what each grid prediction stands on (advise's basis) is in its tooltip
+    assert any("extrapolated" in p[4] or "model only" in p[4] for c in model for p in c["series"][4]["points"])
+    assert "Advisor" in numa.read_text() and "max share on slow node" in numa.read_text()
 
 
 def test_refusals_are_one_line_and_exit_2(tmp_path, capsys):

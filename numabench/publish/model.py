@@ -156,25 +156,36 @@ def _policy_charts(view: dict) -> list[dict]:
 def _advice_chart(a: Advice) -> dict:
     case = _text(a.case, sorted(a.case, key=str))
     model = [[f, predict(f, a.t_fast, a.t_slow, a.floor)] for f in (i / 50 for i in range(51))]
-    measured = [[p.share_fast, p.measured_s] for p in a.predictions if p.measured_s is not None]
-    grid = [[p.share_fast, p.predicted_s] for p in a.predictions]
-    bound = [[1.0, a.t_fast], [0.0, a.t_slow]]
+    measured = sorted([[p.share_fast, p.measured_s] for p in a.predictions if p.measured_s is not None]
+                      + [[f, t] for f, t in a.extra_measured.items()])
+    # the grid's predictions split by what they stand on (advise.Advice.basis): a reader sees at
+    # once which ratios a measurement backs and which the model reaches beyond the measured ones
+    backed, beyond = [], []
+    for p in a.predictions:
+        kind, _ = a.basis(p.share_fast)
+        point = [p.share_fast, p.predicted_s, None, None, f"weighted:{p.weights}: {a.basis_text(p.share_fast)}"]
+        (backed if kind in ("measured", "interpolated") else beyond).append(point)
+    bound = [[1.0, a.t_fast, None, None, f"bind:{a.fast}"], [0.0, a.t_slow, None, None, f"bind:{a.slow}"]]
     return {"title": f"{a.family} {a.phase} {case}", "family": a.family, "kind": "xy", "yscale": 1e3,
             "xlabel": f"share of pages on node {a.fast} (the faster)", "ylabel": "time (ms)", "xlog": False,
             "ylog": False,
             "series": [{"name": "model t(f)", "points": model, "line": True, "marker": "none"},
-                       {"name": "model at the weights grid", "points": grid, "line": False, "marker": "hollow"},
+                       {"name": "model at the grid: measured or interpolated", "points": backed, "line": False,
+                        "marker": "hollow"},
                        {"name": f"measured bind:{a.fast} / bind:{a.slow}", "points": bound, "line": False},
-                       {"name": "measured weighted", "points": measured, "line": False}]}
+                       {"name": "measured weighted", "points": measured, "line": False},
+                       {"name": "model at the grid: extrapolated or model only", "points": beyond, "line": False,
+                        "marker": "hollow", "color": "#9a9a9a"}]}
 
 
 def _advice_row(a: Advice) -> dict:
     errs = [abs(p.error_pct) for p in a.predictions if p.error_pct is not None]
-    best = a.best
+    choice, seconds, choice_basis = a.fastest
+    room, room_basis = a.room
     return {"case": f"{a.family} {a.phase} " + _text(a.case, sorted(a.case, key=str)),
             "fast": a.fast, "slow": a.slow, "t_fast_ms": a.t_fast * 1e3, "t_slow_ms": a.t_slow * 1e3,
-            "link_bound": a.link_bound, "best": f"weighted:{best.weights}", "best_ms": best.predicted_s * 1e3,
-            "max_slow_share": a.max_slow_share, "measured": len(errs),
+            "link_bound": a.link_bound, "best": choice, "best_ms": seconds * 1e3, "best_basis": choice_basis,
+            "max_slow_share": room, "room_basis": room_basis, "measured": len(errs),
             "max_error_pct": max(errs) if errs else None}
 
 

@@ -153,12 +153,12 @@ def numa_html(key: dict) -> str:
                   "of pages on the faster node, floor = t_fast where the phase crosses the host link "
                   "(numabench advise).</p>", panels(numa["advice_charts"]), "<h2>Advisor</h2>"]
         rows = [[esc(a["case"]), f"bind:{a['fast']} {a['t_fast_ms']:.4g}", f"bind:{a['slow']} {a['t_slow_ms']:.4g}",
-                 "yes" if a["link_bound"] else "no", esc(a["best"]), f"{a['best_ms']:.4g}",
-                 f"{a['max_slow_share']:.0%}", esc(a["measured"]),
+                 "yes" if a["link_bound"] else "no", esc(a["best"]), f"{a['best_ms']:.4g}", esc(a["best_basis"]),
+                 f"{a['max_slow_share']:.0%}", esc(a["room_basis"]), esc(a["measured"]),
                  "-" if a["max_error_pct"] is None else f"{a['max_error_pct']:.1f}%"] for a in numa["advice"]]
-        parts.append(table(["case", "fast node (ms)", "slow node (ms)", "link-bound", "fastest weights",
-                            "predicted (ms)", "max share on slow node (2% budget)", "weighted measured",
-                            "largest model error"], rows, num={5, 6, 7, 8}))
+        parts.append(table(["case", "fast node (ms)", "slow node (ms)", "link-bound", "fastest", "time (ms)",
+                            "stands on", "max share on slow node (2% budget)", "stands on", "weighted measured",
+                            "largest model error"], rows, num={5, 7, 9, 10}))
     else:
         parts.append("<p class=\"muted\">No case of this key was measured bound to two single nodes (bind:A and "
                      "bind:B): nothing to model (a machine with one NUMA node has no placement choice).</p>")
