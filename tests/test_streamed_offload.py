@@ -4,11 +4,13 @@ decay, bias correction; chunks that split and pack parameters; with and without 
 hooks), bf16 working weights with an fp32 master, and the mode end to end through the worker."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from numabench.families.train_step.streamed import (  # noqa: E402
+from numabench.families.train_step.streamed import (
     Hyper,
     StreamedAdamW,
     plan_chunks,
@@ -30,7 +32,7 @@ def test_plan_covers_every_element_once_last_parameters_first(sizes, chunk):
         # a chunk is one contiguous range of the flat state
         ranges = sorted((p.offset, p.offset + p.count) for p in c.pieces)
         assert ranges[0][0] == c.offset and ranges[-1][1] == c.offset + c.count
-        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
         seen += [i for lo, hi in ranges for i in range(lo, hi)]
     assert sorted(seen) == list(range(total))
     # backward makes the last parameters' gradients first: the first chunk holds the last parameter's end
@@ -162,7 +164,7 @@ def test_cpu_chunk_update_is_adamw_and_rejects_adam():
     g = torch.Generator().manual_seed(3)
     p, gr = torch.randn(50, generator=g, dtype=torch.float64), torch.randn(50, generator=g, dtype=torch.float64)
     m, v = torch.zeros_like(p), torch.zeros_like(p)
-    ref, ref_opt = reference_steps([p], [[gr]])
+    ref, _ = reference_steps([p], [[gr]])
     torch_adamw_chunk_(p, gr, m, v, lr=HYPER.lr, beta1=0.9, beta2=0.95, eps=HYPER.eps, weight_decay=0.1, step=1)
     torch.testing.assert_close(p, ref[0].detach(), rtol=1e-12, atol=1e-14)
     with pytest.raises(ValueError, match="AdamW only"):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -331,3 +332,48 @@ def test_torchrun_gpu(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["world_size"] == n and r["throughput_mean"] > 0 and all(b > 0 for b in r["mem_peak_per_rank_bytes"])
+
+
+def test_deepspeed_host_tensors_find_zero3_master_partitions():
+    """ZeRO-3 empties its inner optimizer's param_groups between steps: the fp32 master partitions
+    (and their gradients, and the flat gradient buffer) are read from the ZeRO optimizer itself."""
+    from types import SimpleNamespace
+
+    from numabench.families.train_step.worker import deepspeed_host_tensors
+
+    flat = [torch.zeros(1000), torch.zeros(24)]
+    flat[0].grad = torch.zeros(1000)
+    zero3 = SimpleNamespace(fp32_partitioned_groups_flat=flat, grad_partitions_flat_buffer=torch.zeros(1024),
+                            optimizer=SimpleNamespace(param_groups=[{"params": []}], state={}))
+    found = {t.data_ptr() for t in deepspeed_host_tensors(zero3)}
+    assert found == {flat[0].data_ptr(), flat[0].grad.data_ptr(), flat[1].data_ptr(),
+                     zero3.grad_partitions_flat_buffer.data_ptr()}
+    zero2 = SimpleNamespace(single_partition_of_fp32_groups=[torch.zeros(10)])
+    assert len(deepspeed_host_tensors(zero2)) == 1
+    assert deepspeed_host_tensors(SimpleNamespace()) == []
+
+
+def test_deepspeed_timers_reset_every_logged_timer_and_mark_the_bookkeeping():
+    """Our stand-in for DeepSpeed's timer log resets every timer it is given (as DeepSpeed's own
+    does), keeps the ones we report, and marks where the engine's post-step bookkeeping starts."""
+    from numabench.families.train_step.worker import DeepSpeedTimers
+
+    class Timer:
+        def __init__(self, ms):
+            self.ms, self.resets = ms, 0
+
+        def elapsed(self, reset=True):
+            self.resets += reset
+            return self.ms
+
+    group = SimpleNamespace(timers={"step": Timer(50.0), "fwd_microstep": Timer(3.0), "bwd": Timer(7.0)}, log=None)
+    marks = []
+    engine = SimpleNamespace(_update_wall_clock_timers=lambda: marks.append("inner"))
+    t = DeepSpeedTimers(group, engine, mark=lambda: marks.append("mark") or len(marks))
+    t.begin_step()
+    engine._update_wall_clock_timers()
+    engine._update_wall_clock_timers()
+    assert marks == ["mark", "inner", "inner"] and t.bookkeeping_mark == 1
+    group.log(["fwd_microstep", "step", "bwd", "absent"])
+    assert all(tm.resets == 1 for tm in group.timers.values())
+    assert t.take() == {"ds_step": 0.05, "ds_backward": 0.007}

@@ -65,8 +65,8 @@ def mode_rows(run: str | Path | dict) -> list[ModeRow]:
 
 def modes_table(rows: list[ModeRow]) -> str:
     """Markdown: one line per entry."""
-    out = ["| mode | model | dtype | ranks | policy | step ms | forward | backward | optimizer | CPU Adam "
-           "| GPU idle >= | PCIe B/param | x no-offload |",
+    out = [("| mode | model | dtype | ranks | policy | step ms | forward | backward | optimizer | CPU Adam "
+            "| GPU idle >= | PCIe B/param | x no-offload |"),
            "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def f(v: float | None, fmt: str = "{:.2f}") -> str:

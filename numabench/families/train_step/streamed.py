@@ -20,7 +20,8 @@ Imports torch lazily.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 SLOTS = 3  # staging slots on the GPU: chunk k+1 and k+2 copied in while chunk k is updated
 DEFAULT_CHUNK_ELEMS = 1 << 21  # 8 MiB per fp32 tensor (adam_offload's auto_chunk for fp32)
