@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from numabench.publish.build import build_site
-from numabench.publish.source import runs_from_paths
+from numabench.publish.source import dedupe, runs_from_git, runs_from_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINES = ROOT / "baselines"
@@ -61,7 +61,10 @@ def script_errors(stderr: str) -> list[str]:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("browser-site") / "site"
-    build_site(runs_from_paths([BASELINES]), out, source="baselines")
+    runs = runs_from_paths([BASELINES])
+    if (ROOT / ".git").exists():  # every committed run: histories of several points, bands, change points
+        runs = dedupe(runs + runs_from_git(BASELINES))
+    build_site(runs, out, source="baselines")
     return out
 
 
