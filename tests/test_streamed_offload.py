@@ -319,3 +319,33 @@ def test_gpu_streamed_mode_placed_and_broken_down(model):
     m = fam.metrics(res, "step")
     assert m["pcie_bytes_per_param"] == 24.0 and m["forward_ms"] > 0 and m["backward_ms"] > 0
     assert m["optimizer_ms"] >= 0 and "overlapped with backward" in m["impl"]
+
+
+def test_streamed_and_no_offload_modes_through_the_worker_on_the_cpu():
+    """The modes end to end on a CPU-only machine (tiny, fp32, one rank, bound to a node): the model
+    learns, the streamed host state (12 B per parameter) is placed as the policy says, the rank ran
+    under the case's policy, and every entry has its step broken down."""
+    from numabench.cases import Case
+    from numabench.families import family
+    from numabench.machine.capabilities import probe
+    from numabench.machine.topology import discover
+    from numabench.numa.policy import Policy
+    from numabench.workers.run import run_case
+
+    topo = discover("/")
+    if topo.gpus:
+        pytest.skip("this machine has GPUs: see test_gpu_streamed_mode_placed_and_broken_down")
+    node = (topo.memory_node_ids or (0,))[0]
+    caps = probe(first_node=node)
+    fam = family("train_step")
+    for mode in ("streamed", "no-offload"):
+        c = Case("train_step", 1, 4, Policy.parse(f"bind:{node}"), "fp32", (("mode", mode), ("model", "tiny")))
+        res = run_case(c, fam, topo, caps, rounds=3, warmup=1, timeout_s=300)
+        info = res.setup_info[0]
+        assert info["mempolicy"]["mode"] == "bind" and info["mempolicy"]["nodes"] == [node]
+        assert all(p.verdict is not None and p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
+        m = fam.metrics(res, "step")
+        assert m["forward_ms"] > 0 and m["backward_ms"] > 0 and m["optimizer_ms"] > 0, m
+        assert m["pcie_bytes_per_param"] == (24.0 if mode == "streamed" else 0.0)
+        if mode == "streamed":
+            assert info["placed"] == "host state" and info["host_state_bytes"] == 12 * info["n_params"]
