@@ -116,8 +116,14 @@ def test_refusals_are_one_line_and_exit_2(tmp_path, capsys):
     assert main(["publish", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main(["publish", "--out", str(tmp_path / "o")]) == 2
-    assert main(["publish", str(BASELINES), "--out", str(full), "--force"]) == 0
-    assert not (full / "keep.txt").exists() and (full / "index.html").exists()
+    assert main(["publish", str(BASELINES), "--out", str(full), "--force"]) == 2  # not a site: never deleted
+    assert "no site published before" in capsys.readouterr().err and (full / "keep.txt").exists()
+    site = tmp_path / "site"
+    assert main(["publish", str(BASELINES), "--out", str(site)]) == 0
+    (site / "stale.html").write_text("from an older site")
+    assert main(["publish", str(BASELINES), "--out", str(site)]) == 2
+    assert main(["publish", str(BASELINES), "--out", str(site), "--force"]) == 0
+    assert not (site / "stale.html").exists() and (site / "index.html").exists()
 
 
 def test_the_committed_baselines_publish_in_under_a_minute(tmp_path):

@@ -22,14 +22,23 @@ class Site:
     runs: int
 
 
+def _is_site(folder: Path) -> bool:
+    return (folder / "index.html").is_file() and (folder / "site.js").is_file()
+
+
 def prepare_out(out: Path, force: bool) -> None:
-    """An empty (or new) folder; a non-empty one only with force (then emptied), so a typo
-    cannot mix a site into another folder's files."""
+    """An empty (or new) folder; with force also one that holds a site published before (then
+    emptied). Any other non-empty folder is refused even with force: a typo such as --out . must
+    not delete a folder of other files."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"publish --out {out}: exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
         if not force:
-            raise UsageError(f"publish --out {out}: not empty; name an empty folder, or --force to replace it")
+            raise UsageError(f"publish --out {out}: not empty; name an empty folder, or --force to replace a site "
+                             "published there before")
+        if not _is_site(out):
+            raise UsageError(f"publish --out {out} --force: the folder holds files but no site published before "
+                             "(no index.html and site.js): name an empty folder")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
 
