@@ -91,7 +91,8 @@ def check_page(browser: str, page: Path, tmp: Path, min_charts: int) -> dict[str
     if charts:
         assert points > 0, f"{page.name}: charts without data"
         assert res.stdout.count("<svg") >= charts, f"{page.name}: fewer SVGs than charts"
-        assert body.get("data-selftest") == "hover=ok zoom=ok reset=ok", f"{page.name}: {body.get('data-selftest')}"
+        expected = "hover=ok zoom=ok reset=ok" + (" filter=ok" if 'id="filter"' in page.read_text() else "")
+        assert body.get("data-selftest") == expected, f"{page.name}: {body.get('data-selftest')}"
     assert body["data-label-issues"] == "0", f"{page.name}: {body.get('data-label-issue-list')}"
     return body
 

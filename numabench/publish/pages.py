@@ -103,7 +103,9 @@ def family_html(key: dict, fp: dict) -> str:
              f"run(s); {fp['changes']} change point(s). Click a row for its history below the pointer; on the "
              "chart, the wheel zooms, a drag pans, a double click resets.</p>",
              "<div class=\"panel\" style=\"position:sticky;top:0;z-index:5\"><h4 id=\"detail-title\"></h4>"
-             "<div id=\"detail\"></div></div>"]
+             "<div id=\"detail\"></div></div>",
+             "<p><input id=\"filter\" type=\"search\" size=\"50\" placeholder=\"filter entries, e.g. h2d bind:0 268M\">"
+             " <span id=\"filter-count\" class=\"muted\"></span></p>"]
     first = None
     for g in fp["groups"]:
         rows, attrs = [], []
@@ -120,9 +122,9 @@ def family_html(key: dict, fp: dict) -> str:
                          f"<span class=\"chg\">{esc(chg)}</span>" if chg else "<span class=\"muted\">-</span>",
                          _verdict_cell(e["verdict"], len(fp["runs"]) - 1), esc(", ".join(last["machines"]) if last else "-")])
             attrs.append(f" data-entry=\"{k}\"")
-        parts += [f"<h3>{esc(g['title'])}</h3>",
+        parts += [f"<section class=\"group\" data-title=\"{esc(g['title'])}\"><h3>{esc(g['title'])}</h3>",
                   table(["entry", "history", "newest (ms)", "band (ms)", "invocations", "change points",
-                         "gate verdict", "measured on"], rows, num={2, 3, 4}, attrs=attrs)]
+                         "gate verdict", "measured on"], rows, num={2, 3, 4}, attrs=attrs), "</section>"]
     parts += ["<h2>Runs</h2>", runs_table(fp["runs"])]
     nav = f"<a href=\"{esc(numa_file(key))}\">NUMA</a>"
     return page(f"{key['key']}: {fp['family']}", "\n".join(parts), {"charts": charts, "first": first or 0}, nav)

@@ -281,7 +281,38 @@
     out.push(c.view.x1 - c.view.x0 < before ? "zoom=ok" : "zoom=FAILED");
     c.host.dispatchEvent(new MouseEvent("dblclick", { bubbles: true }));
     out.push(Math.abs(c.view.x1 - c.view.x0 - before) < 1e-9 ? "reset=ok" : "reset=FAILED");
+    var box = document.getElementById("filter");
+    if (box) {
+      var rows = document.querySelectorAll("tr[data-entry]"), first = rows[0].cells[0].textContent;
+      box.value = first; box.dispatchEvent(new Event("input"));
+      var left = Array.prototype.filter.call(rows, function (r) { return r.style.display !== "none"; }).length;
+      out.push(left >= 1 && left <= rows.length ? "filter=ok" : "filter=FAILED");
+      box.value = ""; box.dispatchEvent(new Event("input"));
+    }
     return out.join(" ");
+  }
+
+  function filterRows() {
+    // every word typed must appear in the entry's group title or its row; a group with no row
+    // left is hidden with its title
+    var box = document.getElementById("filter");
+    if (!box) return;
+    var apply = function () {
+      var words = box.value.toLowerCase().split(/\s+/).filter(Boolean), shown = 0, total = 0;
+      document.querySelectorAll("section.group").forEach(function (sec) {
+        var title = sec.getAttribute("data-title").toLowerCase(), any = false;
+        sec.querySelectorAll("tr[data-entry]").forEach(function (row) {
+          var text = title + " " + row.textContent.toLowerCase();
+          var ok = words.every(function (w) { return text.indexOf(w) >= 0; });
+          row.style.display = ok ? "" : "none";
+          total++; if (ok) { shown++; any = true; }
+        });
+        sec.style.display = any ? "" : "none";
+      });
+      document.getElementById("filter-count").textContent = shown + " of " + total + " entries";
+    };
+    box.addEventListener("input", apply);
+    apply();
   }
 
   function data() {
@@ -317,6 +348,7 @@
     document.body.setAttribute("data-points", stats.points);
     document.body.setAttribute("data-label-issues", stats.labelIssues);
     if (stats.issues.length) document.body.setAttribute("data-label-issue-list", stats.issues.slice(0, 5).join(" | "));
+    filterRows();
     if (location.hash === "#selftest") document.body.setAttribute("data-selftest", selftest());
     document.body.setAttribute("data-rendered", "ok");
   }
