@@ -318,6 +318,7 @@ def test_gpu_streamed_mode_placed_and_broken_down(model):
     assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
     m = fam.metrics(res, "step")
     assert m["pcie_bytes_per_param"] == 24.0 and m["forward_ms"] > 0 and m["backward_ms"] > 0
+    assert 0 <= m["gpu_idle_fraction"] < 1 and m["sm_idle_fraction"] >= m["gpu_idle_fraction"], m
     assert m["optimizer_ms"] >= 0 and "overlapped with backward" in m["impl"]
 
 

@@ -2,8 +2,8 @@
 
 One row per ``train_step`` entry (phase ``step``): the step, its forward / backward /
 optimizer parts (our clock: CUDA events on the current stream; DeepSpeed's own timers where
-the entry has them: its CPU Adam), the GPU's idle share while DeepSpeed's CPU Adam runs (a
-lower bound), the bytes over PCIe per step per parameter (a model of each mode's copies) and
+the entry has them: its CPU Adam), the GPU's idle share measured by torch's profiler over a
+few untimed steps and, for DeepSpeed, its CPU Adam's share of the step (a lower bound on it), the bytes over PCIe per step per parameter (a model of each mode's copies) and
 the step over the no-offload reference's step (same model, dtype, ranks, policy and CPU
 binding in the same run or runs combined).
 """
@@ -32,7 +32,8 @@ class ModeRow:
     backward_ms: float | None
     optimizer_ms: float | None
     cpu_adam_ms: float | None  # DeepSpeed's optimizer_step timer
-    gpu_idle_min: float | None
+    gpu_idle_min: float | None  # DeepSpeed's CPU Adam over the step (a lower bound)
+    gpu_idle: float | None  # measured: torch.profiler, no kernel or copy running
     pcie_bytes_per_param: float | None
     over_reference: float | None = None
 
@@ -55,7 +56,7 @@ def mode_rows(run: str | Path | dict) -> list[ModeRow]:
             e.name, str(x.get("mode", "ddp")), str(x.get("model", "")), str(e.axes["dtype"]), int(e.axes["nprocess"]),
             str(e.axes["policy"]), str(x.get("cpu_bind", "")), e.median_s * 1e3, x.get("forward_ms"),
             x.get("backward_ms"), x.get("optimizer_ms"), x.get("cpu_adam_ms"), x.get("gpu_idle_fraction_min"),
-            x.get("pcie_bytes_per_param")))
+            x.get("gpu_idle_fraction"), x.get("pcie_bytes_per_param")))
     refs = {r.key(): r.step_ms for r in rows if r.mode == REFERENCE_MODE}
     for r in rows:
         ref = refs.get(r.key())
@@ -66,8 +67,8 @@ def mode_rows(run: str | Path | dict) -> list[ModeRow]:
 def modes_table(rows: list[ModeRow]) -> str:
     """Markdown: one line per entry."""
     out = [("| mode | model | dtype | ranks | policy | step ms | forward | backward | optimizer | CPU Adam "
-            "| GPU idle >= | PCIe B/param | x no-offload |"),
-           "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| GPU idle | GPU idle >= (CPU Adam) | PCIe B/param | x no-offload |"),
+           "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def f(v: float | None, fmt: str = "{:.2f}") -> str:
         return "-" if v is None else fmt.format(v)
@@ -75,6 +76,7 @@ def modes_table(rows: list[ModeRow]) -> str:
     for r in rows:
         out.append(f"| {r.mode} | {r.model} | {r.dtype} | {r.nprocess} | {r.policy} | {r.step_ms:.2f} | "
                    f"{f(r.forward_ms)} | {f(r.backward_ms)} | {f(r.optimizer_ms)} | {f(r.cpu_adam_ms)} | "
-                   f"{f(r.gpu_idle_min, '{:.0%}')} | {f(r.pcie_bytes_per_param, '{:.0f}')} | "
+                   f"{f(r.gpu_idle, '{:.0%}')} | {f(r.gpu_idle_min, '{:.0%}')} | "
+                   f"{f(r.pcie_bytes_per_param, '{:.0f}')} | "
                    f"{f(r.over_reference, '{:.2f}x')} |")
     return "\n".join(out)

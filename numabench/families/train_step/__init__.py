@@ -158,6 +158,15 @@ def breakdown(result: CaseResult) -> dict:
     out["breakdown_clock"] = ("CUDA events on the current stream" if result.setup_info[0].get("device_name") != "cpu"
                               else "wall clock") + (" (ours); DeepSpeed's wall_clock_breakdown timers as "
                                                     "deepspeed_timer_*" if mode.startswith("deepspeed-") else " (ours)")
+    idle = [i.get("gpu_idle") for i in result.setup_info]
+    if idle and all(isinstance(x, dict) and "gpu_idle_fraction" in x for x in idle):
+        # measured (torch.profiler, a few untimed steps in the set-up): the busiest rank's
+        out["gpu_idle_fraction"] = min(x["gpu_idle_fraction"] for x in idle)
+        out["sm_idle_fraction"] = min(x["sm_idle_fraction"] for x in idle)
+        out["gpu_idle_per_rank"] = [x["gpu_idle_fraction"] for x in idle]
+        out["gpu_idle_source"] = idle[0]["source"]
+    elif any(isinstance(x, dict) and "error" in x for x in idle):
+        out["gpu_idle_error"] = next(x["error"] for x in idle if isinstance(x, dict) and "error" in x)
     out["pcie_bytes_per_param"] = pcie_bytes_per_param(mode, result.case.dtype)
     out["pcie_bytes_source"] = "model of the mode's copies (numabench.families.train_step.pcie_bytes_per_param)"
     return out

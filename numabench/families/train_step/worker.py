@@ -528,6 +528,16 @@ class Worker(BaseWorker):
         dist.all_gather_object(digests, digest)
         if self.mode == "ddp" and len(set(digests)) != 1:
             raise RuntimeError(f"DDP ranks hold different parameters after {SETUP_STEPS} steps: {digests}")
+        idle = None
+        if cuda and os.environ.get("NUMABENCH_PROFILE_IDLE", "1") != "0":
+            # every rank profiles the same steps (DDP's and DeepSpeed's collectives stay matched)
+            from numabench.families.train_step.idle import profile_idle
+
+            with self.setup_part("profile_idle"):
+                try:
+                    idle = profile_idle(tr.step, device)
+                except (RuntimeError, ValueError, AttributeError) as e:  # a profiler without CUPTI
+                    idle = {"error": f"{type(e).__name__}: {e}"}
         if cuda:
             torch.cuda.synchronize(device)
         ranges = tr.host_state_ranges()
@@ -537,7 +547,7 @@ class Worker(BaseWorker):
         if why:
             raise RuntimeError(f"rank {rank} left the case's memory policy while its trainer was set up: {why}")
         return {"placement": placement.to_dict(), "placed": "host state" if ranges else "process anon memory",
-                "mempolicy": running, "case_policy": spec.policy,
+                "mempolicy": running, "case_policy": spec.policy, "gpu_idle": idle,
                 "numa_maps": numa_maps_report().to_dict(), "host_bytes_by_node": anon_report().to_dict(),
                 "host_state_bytes": sum(n for _, n in ranges),
                 "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
