@@ -80,7 +80,7 @@ def _entry_history(name: str, runs: list[Run], threshold_pct: float) -> dict:
         if not meds:
             continue
         points.append(Point(k, statistics.median(meds), min(meds), max(meds)))
-        machines.append(sorted({m or "?" for m in invocation_machines(bench, run_machine(run))}))
+        machines.append(sorted({m or "not recorded" for m in invocation_machines(bench, run_machine(run))}))
         last = bench
     changes = change_points(points, threshold_pct)
     return {"name": name,

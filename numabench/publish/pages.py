@@ -100,8 +100,8 @@ def _verdict_cell(v: dict | None, newest: int) -> str:
 def family_html(key: dict, fp: dict) -> str:
     charts: list[dict] = []
     parts = [f"<p class=\"note\">{sum(len(g['entries']) for g in fp['groups'])} entries over {len(fp['runs'])} "
-             f"run(s); {fp['changes']} change point(s). Click a row for its history below the pointer; on the "
-             "chart, the wheel zooms, a drag pans, a double click resets.</p>",
+             f"run(s); {fp['changes']} change point(s). Click a row to see its history in the chart above; there "
+             "the wheel zooms, a drag pans, a double click resets.</p>",
              "<div class=\"panel\" style=\"position:sticky;top:0;z-index:5\"><h4 id=\"detail-title\"></h4>"
              "<div id=\"detail\"></div></div>",
              "<p><input id=\"filter\" type=\"search\" size=\"50\" placeholder=\"filter entries, e.g. h2d bind:0 268M\">"
