@@ -139,3 +139,22 @@ def test_a_screenshot_is_not_blank(site, tmp_path):
     assert background < 0.95 * img.size[0] * img.size[1], "the page is almost all one colour"
     # the charts' lines are drawn in colour, not only the grey of text and frames
     assert sum(n for n, (r, g, b) in colours if max(r, g, b) - min(r, g, b) > 60) > 500
+
+
+def test_a_long_history_keeps_its_run_labels_apart(tmp_path):
+    """40 runs of one key: the x axis of a history shows as many run labels as fit, none over another."""
+    browser = chromium()
+    runs = []
+    for k in range(40):
+        v = 1.0 + (0.5 if k >= 20 else 0.0)
+        x = {"family": "touch", "phase": "touch", "nprocess": 1, "numel": 1 << 20, "dtype": "fp32",
+             "policy": "bind:0", "invocation_medians_s": [v, v * 1.01, v * 0.99]}
+        bench = {"name": "test_touch[x]", "fullname": "benchmarks/test_touch.py::test_touch[x]", "extra_info": x,
+                 "stats": {"median": v, "mean": v}}
+        runs.append((f"{k + 1:04d}_a-rather-long-run-name.json",
+                     {"machine_info": {"numabench": {"hardware_key": "K40", "machine_instance": f"box{k % 3}"}},
+                      "commit_info": {"id": f"{k:040x}"}, "datetime": f"2026-01-{k // 24 + 1:02d}T{k % 24:02d}:00:00",
+                      "benchmarks": [bench]}))
+    build_site(runs, tmp_path / "site")
+    body = check_page(browser, tmp_path / "site" / "K40--touch.html", tmp_path, 2)
+    assert int(body["data-points"]) == 80  # the sparkline's 40 and the large chart's 40

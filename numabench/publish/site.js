@@ -82,7 +82,7 @@
   function checkLabels(svg, title) {
     // What a reader would see: tick labels that run into each other or past the chart's edge.
     var box = svg.getBoundingClientRect();
-    ["xt", "yt"].forEach(function (cls) {
+    ["xt", "yt", "axis"].forEach(function (cls) {
       var rs = Array.prototype.map.call(svg.querySelectorAll("text." + cls), function (t) {
         return t.getBoundingClientRect();
       });
