@@ -33,11 +33,7 @@ def hardware_key(run: dict) -> str:
 
 
 def _axes(extra: dict) -> dict:
-    fam = extra.get("family", "")
-    try:
-        extra_axes = family_extra_axes(fam)
-    except Exception:  # a family this version does not know: its base axes only
-        extra_axes = ()
+    extra_axes = family_extra_axes(extra.get("family", ""))  # an unknown family: tables' fallback axes
     return {k: extra[k] for k in (*BASE_AXES, *extra_axes) if k in extra and k != "phase"}
 
 
