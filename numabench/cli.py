@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import NoReturn, Sequence
 
 from numabench.errors import NumabenchError, UsageError
+from numabench.interrupts import restore_interrupts
 from numabench.results.compare import DEFAULT_COARSEST, DEFAULT_THRESHOLD
 from numabench.results.formats import FORMATS
 
@@ -320,6 +321,9 @@ def cmd_fleet(ns: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A caller that ignores SIGINT (nohup, a background job) would leave `ab`, `plan` and
+    # the bandwidth tools deaf to Ctrl-C, with their children and worktrees.
+    restore_interrupts()
     parser = OneLineParser(prog="numabench", description="NUMA-aware GPU offload benchmarks")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("topo", help="show NUMA nodes, GPUs, distances, and what policies this machine can apply")

@@ -148,3 +148,15 @@ def test_a_worker_started_with_interrupts_ignored_takes_them_again():
     finally:
         end_child(proc)
     assert proc.returncode == -signal.SIGTERM
+
+
+def test_the_cli_started_with_interrupts_ignored_takes_them_again():
+    # `numabench ab` and the bandwidth tools start children of their own: under nohup or a
+    # background job they must still stop on Ctrl-C.
+    probe_code = ("import signal; from numabench.cli import main; main(['topo', '--key']); "
+                  "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+                  "signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)")
+    ignore = lambda: [signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)]  # noqa: E731
+    out = subprocess.run([sys.executable, "-c", probe_code], preexec_fn=ignore, capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    assert out.splitlines()[-1] == "True True", out
