@@ -118,3 +118,20 @@ def wait_for_workers(proc: subprocess.Popen, timeout_s: float = 120.0) -> list[p
             return seen
         time.sleep(0.05)
     raise AssertionError(f"no worker started within {timeout_s:g} s (exit code {proc.poll()})")
+
+
+def publish_seed_site(tmp_path: Path) -> Path:
+    """A site published from the seed's two-node CSVs (plain and weighted interleave),
+    imported as runs: the committed baselines have one node, so no advisor or model."""
+    from numabench.cli import main
+
+    seed = Path(__file__).parent / "data" / "seed"
+    runs = []
+    for kind in ("normal", "weighted"):
+        path = tmp_path / f"{kind}.json"
+        assert main(["import-csv", str(seed / f"qwen2.5-7B_{kind}_interleave.csv"), "--out", str(path),
+                     "--gpu", "seed GPU", "--cpu", "seed host"]) == 0
+        runs.append(str(path))
+    out = tmp_path / "site"
+    assert main(["publish", *runs, "--out", str(out)]) == 0
+    return out

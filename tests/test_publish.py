@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import publish_seed_site
 
 from numabench.cli import main
 from numabench.publish.build import build_site
@@ -21,7 +22,6 @@ from numabench.results.invocations import invocation_medians
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINES = ROOT / "baselines"
-SEED = ROOT / "tests" / "data" / "seed"
 # The only URL the site may hold: the SVG namespace, a name that is never fetched.
 ALLOWED_URLS = {"http://www.w3.org/2000/svg"}
 
@@ -88,14 +88,7 @@ def test_no_page_reaches_the_network(site):
 
 
 def test_the_advisor_and_the_model_for_two_nodes(tmp_path):
-    runs = []
-    for kind in ("normal", "weighted"):
-        path = tmp_path / f"{kind}.json"
-        assert main(["import-csv", str(SEED / f"qwen2.5-7B_{kind}_interleave.csv"), "--out", str(path),
-                     "--gpu", "seed GPU", "--cpu", "seed host"]) == 0
-        runs.append(str(path))
-    out = tmp_path / "site"
-    assert main(["publish", *runs, "--out", str(out)]) == 0
+    out = publish_seed_site(tmp_path)
     numa = next(out.glob("*--numa.html"))
     data = site_data(numa)
     model = [c for c in data["charts"] if c["series"][0]["name"] == "model t(f)"]

@@ -17,13 +17,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import publish_seed_site
 
 from numabench.publish.build import build_site
 from numabench.publish.source import dedupe, runs_from_git, runs_from_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINES = ROOT / "baselines"
-SEED = ROOT / "tests" / "data" / "seed"
 REQUIRED = os.environ.get("CI") == "true" or os.environ.get("NUMABENCH_BROWSER") == "1"
 WINDOW = "1366,900"  # a laptop screen
 
@@ -108,17 +108,8 @@ def test_every_kind_of_page_loads_and_draws(site, tmp_path):
 
 
 def test_the_weighted_interleave_model_beside_the_measurements(tmp_path):
-    from numabench.cli import main
-
     browser = chromium()
-    runs = []
-    for kind in ("normal", "weighted"):
-        path = tmp_path / f"{kind}.json"
-        assert main(["import-csv", str(SEED / f"qwen2.5-7B_{kind}_interleave.csv"), "--out", str(path),
-                     "--gpu", "seed GPU", "--cpu", "seed host"]) == 0
-        runs.append(str(path))
-    out = tmp_path / "site"
-    assert main(["publish", *runs, "--out", str(out)]) == 0
+    out = publish_seed_site(tmp_path)
     body = check_page(browser, next(out.glob("*--numa.html")), tmp_path, 10)
     assert int(body["data-points"]) > 100
 

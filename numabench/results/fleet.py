@@ -59,6 +59,20 @@ def parse_index_url(url: str) -> tuple[str, str]:
     return f"{parts.scheme}://{parts.netloc}", index
 
 
+def pushable_key(run: dict, store: str) -> str:
+    """The hardware key of a run a fleet ``store`` ("index", "database") can take: one that
+    names its key and carries per-round data (pulled baselines pool rounds)."""
+    key = run_hardware_key(run)
+    if not key:
+        raise UsageError("the run has no hardware key in machine_info (numabench.hardware_key): runs of a "
+                         "fleet are told apart by it; save runs with numabench's pytest plugin")
+    bare = [b.get("fullname") or b.get("name") for b in run["benchmarks"] if not (b.get("stats") or {}).get("data")]
+    if bare:
+        raise UsageError(f"{len(bare)} entries have no per-round data, e.g. {bare[0]}: a baseline pulled from the "
+                         f"{store} needs it (save runs with --benchmark-save-data)")
+    return key
+
+
 def run_id(run: dict) -> str:
     """A saved run's id in the index: its time, its machine and a digest of its entries' names
     (two runners saving at the same second stay apart)."""
@@ -103,14 +117,7 @@ class FleetIndex:
 
     def push(self, run: dict) -> tuple[str, int]:
         """Index every entry of ``run``; (its run id, entries stored)."""
-        key = run_hardware_key(run)
-        if not key:
-            raise UsageError("the run has no hardware key in machine_info (numabench.hardware_key): runs of a "
-                             "fleet are told apart by it; save runs with numabench's pytest plugin")
-        bare = [b.get("fullname") or b.get("name") for b in run["benchmarks"] if not (b.get("stats") or {}).get("data")]
-        if bare:
-            raise UsageError(f"{len(bare)} entries have no per-round data, e.g. {bare[0]}: a baseline pulled from the "
-                             "index needs it (save runs with --benchmark-save-data)")
+        key = pushable_key(run, "index")
         rid = run_id(run)
         self.ensure_index()
         lines = []

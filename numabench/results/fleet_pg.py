@@ -23,7 +23,6 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from numabench.errors import UsageError
-from numabench.machine.hwkey import run_hardware_key
 from numabench.results.fleet_schema import migrate
 from numabench.results.invocations import (
     INVOCATION_MACHINES,
@@ -191,17 +190,10 @@ class FleetDB:
         (its run id, its entries, whether it was new: False where it was stored before)."""
         import psycopg
 
-        from numabench.results.fleet import run_id
+        from numabench.results.fleet import pushable_key, run_id
         from numabench.results.window import regressions_of
 
-        key = run_hardware_key(run)
-        if not key:
-            raise UsageError("the run has no hardware key in machine_info (numabench.hardware_key): runs of a "
-                             "fleet are told apart by it; save runs with numabench's pytest plugin")
-        bare = [b.get("fullname") or b.get("name") for b in run["benchmarks"] if not (b.get("stats") or {}).get("data")]
-        if bare:
-            raise UsageError(f"{len(bare)} entries have no per-round data, e.g. {bare[0]}: a baseline pulled from the "
-                             "database needs it (save runs with --benchmark-save-data)")
+        key = pushable_key(run, "database")
         rid = run_id(run)
         when = _parse_time(run.get("datetime"))
         info = {k: v for k, v in run.items() if k != "benchmarks"}
