@@ -323,11 +323,15 @@ class StreamedAdamW:
             ops.wait(self.comp, copied_in)
             ops.wait(self.comp, grads_ready)
             with torch.no_grad():
-                for pc in c.pieces:  # gather (and widen) the gradients into the fp32 staging slot
-                    g = self.params[pc.param].grad.reshape(-1)[pc.start:pc.start + pc.count]
-                    slot["grad"][pc.offset - c.offset:pc.offset - c.offset + pc.count].copy_(g)
+                grads = [self.params[pc.param].grad.reshape(-1)[pc.start:pc.start + pc.count] for pc in c.pieces]
+                if len(grads) == 1 and grads[0].dtype == self.master_dtype and grads[0].is_contiguous():
+                    grad = grads[0]  # one piece, already the master's dtype: the kernel reads it in place
+                else:
+                    grad = slot["grad"]
+                    for pc, g in zip(c.pieces, grads):  # gather (and widen) into the staging slot
+                        grad[pc.offset - c.offset:pc.offset - c.offset + pc.count].copy_(g)
                 hp = self.hyper
-                self.fn(slot["master"], slot["grad"], slot["exp_avg"], slot["exp_avg_sq"], lr=hp.lr,
+                self.fn(slot["master"], grad, slot["exp_avg"], slot["exp_avg_sq"], lr=hp.lr,
                         beta1=hp.betas[0], beta2=hp.betas[1], eps=hp.eps, weight_decay=hp.weight_decay,
                         step=self.step_no_for_hooks, adamw=True)
                 for pc in c.pieces:  # the GPU's working weights from the updated master (narrowed to bf16)
