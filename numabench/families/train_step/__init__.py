@@ -113,6 +113,8 @@ def deepspeed_parts(result: CaseResult) -> dict:
             in_timer = statistics.median(ph["ds_in_timer"]) * 1e3
             out["optimizer_in_timer_ms"] = round(in_timer, 4)
             out["optimizer_in_timer_over_deepspeed_timer"] = round(in_timer / out["deepspeed_timer_step_ms"], 4)
+            # engine.step() after DeepSpeed's timer stops: its timer bookkeeping, on our clock
+            out["deepspeed_bookkeeping_ms"] = round(out["optimizer_ms"] - in_timer, 4)
     return out
 
 

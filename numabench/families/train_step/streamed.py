@@ -204,6 +204,7 @@ class StreamedAdamW:
             if self.ops.cuda:
                 from numabench.kernels import cuda_adam
 
+                cuda_adam.load()  # built and imported now, not inside the first backward's hooks
                 fn = cuda_adam.adam_step_
             else:
                 fn = torch_adamw_chunk_

@@ -157,6 +157,7 @@ class Trainer:
         bf16 = dtype == "bf16"
         self.ds_timers: DeepSpeedTimers | None = None
         self.streamed = None  # StreamedAdamW (mode streamed)
+        self.kernel_error = None  # streamed on a GPU: our kernel's max relative error against AdamW
         self._marks = None  # the last step's points: start, forward done, backward done, optimizer done
         if mode.startswith("deepspeed-"):
             if not self.cuda:  # DeepSpeed's CPU accelerator (gloo); read when deepspeed is first imported
@@ -191,6 +192,11 @@ class Trainer:
                                           alloc="register" if self.cuda else "pageable",
                                           overlap_backward=self.world == 1)
             self.opt = self.streamed
+            if self.cuda:  # correct before timed: our kernel against float64 torch.optim.AdamW
+                from numabench.kernels import cuda_adam
+
+                self.kernel_error = cuda_adam.check_against_reference(self.device, torch.float32, 1 << 20 | 12345,
+                                                                      steps=3, adamw=True)
             self.impl = (f"streamed AdamW ({'our fused kernel' if self.cuda else 'torch on the CPU'}, "
                          f"{len(self.streamed.chunks)} chunks of <= {self.streamed.chunk} elements, "
                          f"{'overlapped with backward' if self.world == 1 else 'after backward (DDP)'})")
@@ -548,6 +554,7 @@ class Worker(BaseWorker):
             raise RuntimeError(f"rank {rank} left the case's memory policy while its trainer was set up: {why}")
         return {"placement": placement.to_dict(), "placed": "host state" if ranges else "process anon memory",
                 "mempolicy": running, "case_policy": spec.policy, "gpu_idle": idle,
+                "kernel_max_rel_error": tr.kernel_error,
                 "numa_maps": numa_maps_report().to_dict(), "host_bytes_by_node": anon_report().to_dict(),
                 "host_state_bytes": sum(n for _, n in ranges),
                 "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
