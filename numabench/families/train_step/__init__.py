@@ -152,14 +152,15 @@ def breakdown(result: CaseResult) -> dict:
             if step:
                 out[f"{part}_share"] = round(ms / (step * 1e3), 4)
     mode = result.case.param("mode", "ddp")
+    on_gpu = result.setup_info[0].get("device_name") != "cpu"
     if mode.startswith("deepspeed-") and ph.get("ds_optimizer_step") and step:
+        out["cpu_adam_ms"] = round(statistics.median(ph["ds_optimizer_step"]) * 1e3, 4)
+    if on_gpu and mode.startswith("deepspeed-") and ph.get("ds_optimizer_step") and step:
         # DeepSpeed's CPU Adam runs while the GPU has nothing queued: its share of the step is
         # GPU idle time (a lower bound: the copies' waits are not counted)
-        out["cpu_adam_ms"] = round(statistics.median(ph["ds_optimizer_step"]) * 1e3, 4)
         out["gpu_idle_fraction_min"] = round(statistics.median(ph["ds_optimizer_step"]) / step, 4)
-    out["breakdown_clock"] = ("CUDA events on the current stream" if result.setup_info[0].get("device_name") != "cpu"
-                              else "wall clock") + (" (ours); DeepSpeed's wall_clock_breakdown timers as "
-                                                    "deepspeed_timer_*" if mode.startswith("deepspeed-") else " (ours)")
+    theirs = "; DeepSpeed's wall_clock_breakdown timers as deepspeed_timer_*" if mode.startswith("deepspeed-") else ""
+    out["breakdown_clock"] = ("CUDA events on the current stream" if on_gpu else "wall clock") + " (ours)" + theirs
     idle = [i.get("gpu_idle") for i in result.setup_info]
     if idle and all(isinstance(x, dict) and "gpu_idle_fraction" in x for x in idle):
         # measured (torch.profiler, a few untimed steps in the set-up): the busiest rank's
