@@ -296,7 +296,7 @@ def test_gpu_streamed_loss_curve_matches_fused_adamw():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("model", ["tiny", "small"])
-def test_gpu_streamed_mode_placed_and_broken_down(model):
+def test_gpu_streamed_mode_placed_and_broken_down(model, monkeypatch):
     """The mode through the worker: the model learns (set-up check), its host state (master and
     both moments, 12 B per parameter) placed as the policy says, the rank under the case's
     policy, the step broken down."""
@@ -307,6 +307,7 @@ def test_gpu_streamed_mode_placed_and_broken_down(model):
     from numabench.numa.policy import Policy
     from numabench.workers.run import run_case
 
+    monkeypatch.setenv("NUMABENCH_PROFILE_IDLE", "1")  # the workers measure the GPU's idle share
     topo = discover("/")
     caps = probe(first_node=(topo.memory_node_ids or (0,))[0])
     fam = family("train_step")

@@ -535,8 +535,10 @@ class Worker(BaseWorker):
         if self.mode == "ddp" and len(set(digests)) != 1:
             raise RuntimeError(f"DDP ranks hold different parameters after {SETUP_STEPS} steps: {digests}")
         idle = None
-        if cuda and os.environ.get("NUMABENCH_PROFILE_IDLE", "1") != "0":
-            # every rank profiles the same steps (DDP's and DeepSpeed's collectives stay matched)
+        if cuda and os.environ.get("NUMABENCH_PROFILE_IDLE", "0") == "1":
+            # opt-in (.ci/gpu-offload sets it): CUPTI, once subscribed, can add launch latency to
+            # the timed steps after it, and the gated ci entries are measured without it. Every
+            # rank profiles the same steps (DDP's and DeepSpeed's collectives stay matched).
             from numabench.families.train_step.idle import profile_idle
 
             with self.setup_part("profile_idle"):
