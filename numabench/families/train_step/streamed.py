@@ -230,6 +230,9 @@ class StreamedAdamW:
         self._pending: list[int] = []
         self._started: list[bool] = []
         self._slot_free: list[Any] = [None] * SLOTS  # D2H event after which a slot may be refilled
+        # D2H event of each chunk's last copy back: its next copy in must not read the host state
+        # before that (with fewer chunks than slots the slot's event can be from an older step)
+        self._chunk_written: list[Any] = [None] * len(self.chunks)
         self._next_slot = 0
         self._chunks_of_param: list[list[int]] = [[] for _ in self.params]
         for k, c in enumerate(self.chunks):
@@ -317,6 +320,7 @@ class StreamedAdamW:
         h = {name: self.host[name].tensor[c.offset:c.offset + n] for name in HOST_NAMES}
         with ops.use(self.h2d):
             ops.wait(self.h2d, self._slot_free[slot_no])
+            ops.wait(self.h2d, self._chunk_written[k])
             for name in HOST_NAMES:
                 slot[name].copy_(h[name], non_blocking=True)
             copied_in = ops.record(self.h2d)
@@ -343,4 +347,4 @@ class StreamedAdamW:
             ops.wait(self.d2h, updated)
             for name in HOST_NAMES:
                 h[name].copy_(slot[name], non_blocking=True)
-            self._slot_free[slot_no] = ops.record(self.d2h)
+            self._slot_free[slot_no] = self._chunk_written[k] = ops.record(self.d2h)
