@@ -351,3 +351,68 @@ def test_streamed_and_no_offload_modes_through_the_worker_on_the_cpu():
         assert m["pcie_bytes_per_param"] == (24.0 if mode == "streamed" else 0.0)
         if mode == "streamed":
             assert info["placed"] == "host state" and info["host_state_bytes"] == 12 * info["n_params"]
+
+
+class RecordingOps:
+    """CPU ops that log, per stream, each event recorded and each event waited on."""
+    cuda = False
+
+    def __init__(self):
+        self.log = []
+        self.n = 0
+
+    def stream(self):
+        self.n += 1
+        return f"s{self.n}"
+
+    def use(self, stream):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def record(self, stream=None):
+        ev = ("ev", len(self.log), stream)
+        self.log.append(("record", stream, ev))
+        return ev
+
+    def wait(self, stream, event):
+        self.log.append(("wait", stream, event))
+
+    def join(self, stream):
+        self.log.append(("join", stream, None))
+
+
+@pytest.mark.parametrize("sizes,chunk", [([10], 100), ([10, 10], 10), ([4] * 8, 4)])
+def test_a_chunks_copy_in_waits_for_its_last_copy_back(sizes, chunk):
+    """Each step's copy in of a chunk waits (on the H2D stream) for the event after that chunk's
+    copy back in the step before, also with fewer chunks than staging slots."""
+    params = [torch.zeros(n) for n in sizes]
+    opt = StreamedAdamW(params, HYPER, chunk=chunk, alloc="pageable", overlap_backward=False)
+    ops = opt.ops = RecordingOps()
+    opt.h2d, opt.comp, opt.d2h = "h2d", "comp", "d2h"
+    try:
+        written = {}
+        for step in range(3):
+            for p in params:
+                p.grad = torch.ones_like(p)
+            mark = len(ops.log)
+            opt.step()
+            opt.zero_grad()
+            new = ops.log[mark:]
+            # per launch, in order: h2d waits, then its record; the d2h record closes the launch
+            h2d_waits, launch = [], 0
+            order = [k for k in range(len(opt.chunks))]  # step() launches chunks in plan order
+            for kind, stream, ev in new:
+                if kind == "wait" and stream == "h2d":
+                    h2d_waits.append(ev)
+                elif kind == "record" and stream == "h2d":
+                    k = order[launch]
+                    if step:
+                        assert written[k] in h2d_waits, (step, k)
+                    h2d_waits = []
+                elif kind == "record" and stream == "d2h":
+                    written[order[launch]] = ev
+                    launch += 1
+            assert launch == len(opt.chunks)
+    finally:
+        opt.release()
