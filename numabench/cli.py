@@ -1,4 +1,5 @@
-"""Command line: ``numabench topo|build|csv|import-csv|report|compare``. The only place that prints."""
+"""Command line: the ``numabench`` subcommands (``numabench --help`` lists them), one ``cmd_*``
+function each. The only place that prints."""
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,4 @@
-"""torchrun entry point for the train_step family's model and step (same code: workers.train_step.Trainer).
+"""torchrun entry point for the train_step family's model and step (same code: families.train_step.worker.Trainer).
 
     torchrun --nproc-per-node 8 [--nnodes 2 --rdzv-endpoint HOST:PORT] -m numabench.tools.train_step_cli \\
         --mode fsdp-offload --model small --batch 4 --dtype bf16 --steps 20 --warmup 3 --numa-policy local
