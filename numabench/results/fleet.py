@@ -25,7 +25,7 @@ import urllib.request
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from numabench.errors import UsageError
-from numabench.machine.hwkey import run_hardware_key
+from numabench.results.fleet_run import pushable_key, run_id
 from numabench.results.merge import MergeResult, merge_loaded
 
 if TYPE_CHECKING:
@@ -57,29 +57,6 @@ def parse_index_url(url: str) -> tuple[str, str]:
     if index != index.lower() or index.startswith(("_", "-", "+")):
         raise UsageError(f"index URL {url!r}: index name {index!r} must be lower case and not start with _, - or +")
     return f"{parts.scheme}://{parts.netloc}", index
-
-
-def pushable_key(run: dict, store: str) -> str:
-    """The hardware key of a run a fleet ``store`` ("index", "database") can take: one that
-    names its key and carries per-round data (pulled baselines pool rounds)."""
-    key = run_hardware_key(run)
-    if not key:
-        raise UsageError("the run has no hardware key in machine_info (numabench.hardware_key): runs of a "
-                         "fleet are told apart by it; save runs with numabench's pytest plugin")
-    bare = [b.get("fullname") or b.get("name") for b in run["benchmarks"] if not (b.get("stats") or {}).get("data")]
-    if bare:
-        raise UsageError(f"{len(bare)} entries have no per-round data, e.g. {bare[0]}: a baseline pulled from the "
-                         f"{store} needs it (save runs with --benchmark-save-data)")
-    return key
-
-
-def run_id(run: dict) -> str:
-    """A saved run's id in the index: its time, its machine and a digest of its entries' names
-    (two runners saving at the same second stay apart)."""
-    names = "\n".join(sorted(b.get("fullname") or b.get("name", "") for b in run.get("benchmarks", [])))
-    node = (run.get("machine_info") or {}).get("node", "?")
-    digest = hashlib.sha1(f"{node}\n{run.get('datetime')}\n{names}".encode()).hexdigest()[:12]
-    return f"{run.get('datetime', 'undated')}_{node}_{digest}"
 
 
 class FleetIndex:

@@ -5,7 +5,7 @@ modules) and one entry's history.
 Rows, not blobs (numabench.results.fleet_schema). A push is one transaction: a push cut off
 midway (the runner killed, the network gone) leaves no part of the run; two runners pushing
 at once each insert their own rows; the same run pushed twice is stored once (its
-``run_key``, numabench.results.fleet.run_id, is unique: the second insert does nothing).
+``run_key``, numabench.results.fleet_run.run_id, is unique: the second insert does nothing).
 
 Credentials never come from the command line: a URL that holds a password is refused, and
 libpq takes it from PGPASSWORD, PGSERVICEFILE (``postgresql:///?service=NAME``) or
@@ -190,8 +190,7 @@ class FleetDB:
         (its run id, its entries, whether it was new: False where it was stored before)."""
         import psycopg
 
-        from numabench.results.fleet import pushable_key, run_id
-        from numabench.results.window import regressions_of
+        from numabench.results.fleet_run import pushable_key, regressions_of, run_id
 
         key = pushable_key(run, "database")
         rid = run_id(run)

@@ -25,7 +25,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     (1, "runs, entries and invocations as rows", """
 CREATE TABLE numabench_runs (
     id            bigserial PRIMARY KEY,
-    run_key       text NOT NULL UNIQUE,       -- numabench.results.fleet.run_id: the same run pushed twice is one row
+    run_key       text NOT NULL UNIQUE,       -- numabench.results.fleet_run.run_id: the same run pushed twice is one row
     label         text NOT NULL,              -- the name it was pushed under (the file's name)
     hardware_key  text NOT NULL,
     node          text,

@@ -26,6 +26,7 @@ from typing import Any
 
 from numabench.errors import UsageError
 from numabench.machine.hwkey import run_hardware_key
+from numabench.results.fleet_run import regressions_of
 from numabench.results.merge import merge_loaded
 from numabench.results.seed_csv import load_run
 from numabench.results.storage import exclusive_lock, publish
@@ -50,16 +51,6 @@ class WindowResult:
 def members(folder: Path) -> list[Path]:
     """The window's runs, oldest first."""
     return sorted((p for p in folder.glob("*.json") if _MEMBER.match(p.name)), key=lambda p: p.name)
-
-
-def regressions_of(run: dict[str, Any]) -> list[str]:
-    """Entries a gated run recorded as confirmed regressions (extra_info.gate)."""
-    out = []
-    for b in run.get("benchmarks", []):
-        gate = (b.get("extra_info") or {}).get("gate") or {}
-        if gate.get("verdict") == "slower" and gate.get("confirmation") in (None, "slower"):
-            out.append(b.get("name") or b.get("fullname"))
-    return out
 
 
 def _check_member(run: dict[str, Any], what: str, key: str | None) -> None:
