@@ -178,7 +178,7 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
     ``baseline``: the loaded baseline run of this hardware key (None: model only). ``kernels``:
     those the selected cases need (None: every kernel of the runs' families); one not built yet
     adds its build to the first run that needs it (Plan.builds says which and how long)."""
-    from numabench.cases import worker_run_key
+    from numabench.families.matrix import worker_run_key
     from numabench.families import FAMILIES, family
     from numabench.results.entry import case_of_entry
 

@@ -89,7 +89,7 @@ def selection(tier: str, family: "Family", topology: "Topology", caps: "Capabili
 
 def tier_case_ids(tier: str, family: "Family", topology: "Topology", caps: "Capabilities") -> set[str]:
     """The ids of the cases ``tier`` takes of ``family`` on this machine, runnable or not."""
-    from numabench.cases import case_matrix
+    from numabench.families.matrix import case_matrix
 
     sel = selection(tier, family, topology, caps)
     return {case.id for case, _ in case_matrix(

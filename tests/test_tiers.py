@@ -101,7 +101,7 @@ def test_tier_option_markers_and_explicit_axes():
 def test_plan_from_a_baseline_uses_its_recorded_costs():
     fam = family("touch")
     t, caps = topo("vm-1node"), fake_caps()
-    from numabench.cases import case_matrix, worker_run_key
+    from numabench.families.matrix import case_matrix, worker_run_key
 
     case = case_matrix(fam, t, caps, sizes=(1 << 20,), policies=selection("smoke", fam, t, caps).policies)[0][0]
     key = worker_run_key(case, fam)
