@@ -22,8 +22,9 @@ from numabench.errors import UsageError
 from numabench.families import family
 from numabench.machine.capabilities import probe
 from numabench.machine.topology import discover
+from numabench.machine.weights_sysfs import read_weights
 from numabench.numa.policy import Policy
-from numabench.numa.weights import WeightSetting, read_weights
+from numabench.numa.weights import WeightSetting
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = ROOT / "tests" / "data" / "machines"

@@ -10,7 +10,7 @@ import pytest
 
 from numabench.machine.capabilities import Capabilities, numactl_accepts, numactl_version, probe
 from numabench.machine.topology import kernel_version_tuple
-from numabench.numa.weights import WEIGHTS_DIR
+from numabench.machine.weights_sysfs import WEIGHTS_DIR
 
 USAGE = """usage: numactl [--all | -a] [--balancing | -b] [--interleave= | -i <nodes>]
 \t\t[--preferred= | -p <node>] [--preferred-many= | -P <nodes>]
@@ -189,7 +189,7 @@ def test_topo_says_when_auto_mode_makes_weighted_cases_skip(tmp_path):
 
     from numabench.machine.describe import render_topology
     from numabench.machine.topology import discover
-    from numabench.numa.weights import auto_mode_reason
+    from numabench.machine.weights_sysfs import auto_mode_reason
 
     auto = fake_weights_dir(tmp_path)
     reason = auto_mode_reason(auto)

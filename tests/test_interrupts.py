@@ -21,7 +21,7 @@ from helpers import end_child, finish, scratch_left, start_child, workers_of
 
 from numabench.interrupts import DEFAULTS, put_back, restore_interrupts
 from numabench.machine.capabilities import probe
-from numabench.numa.weights import auto_mode_file, read_weights
+from numabench.machine.weights_sysfs import auto_mode_file, read_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPS = probe()

@@ -9,7 +9,8 @@ import pytest
 import numabench.numa.weights as weights
 from numabench.errors import UsageError
 from numabench.machine.capabilities import probe
-from numabench.numa.weights import AUTO_NAMES, WeightSetting, auto_mode_file, read_weights
+from numabench.machine.weights_sysfs import AUTO_NAMES, auto_mode_file, read_weights
+from numabench.numa.weights import WeightSetting
 
 MACHINES = Path(__file__).resolve().parent / "data" / "machines"
 _real_write = weights._write
@@ -239,6 +240,7 @@ def _run_weighted_touch(wdir, *args):
 @pytest.mark.skipif(not probe().weighted_interleave_kernel, reason="needs weighted interleave (Linux >= 6.9)")
 def test_weighted_case_that_would_switch_auto_mode_off_is_skipped_unless_allowed(tmp_path):
     import json
+
     from helpers import fake_weights_dir
 
     wdir = fake_weights_dir(tmp_path)

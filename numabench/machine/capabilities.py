@@ -15,7 +15,11 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from numabench.numa.weights import WEIGHTS_DIR, auto_mode_file, auto_mode_reason
+from numabench.machine.weights_sysfs import (
+    WEIGHTS_DIR,
+    auto_mode_file,
+    auto_mode_reason,
+)
 
 WEIGHTED_KERNEL = (6, 9)
 
