@@ -24,7 +24,7 @@ def medians(worker, variant: dict, rounds: int = 15) -> dict[str, float]:
 
 def interleaved(make, variant: dict) -> dict[str, float]:
     """Padded / plain median per phase, measured on one worker with the pad switched on and off."""
-    from numabench.workers.inject import SlowdownPad
+    from numabench.toolkit.inject import SlowdownPad
 
     w = make()
     try:

@@ -105,7 +105,7 @@ class Worker:
     """One rank's side of a family (``families/<key>/worker.py`` defines ``Worker``)."""
 
     def __init__(self, spec: "WorkerSpec | Mapping[str, Any]") -> None:
-        from numabench.workers.inject import SlowdownPad
+        from numabench.toolkit.inject import SlowdownPad
 
         self.spec = spec if isinstance(spec, WorkerSpec) else WorkerSpec.from_dict(spec)
         self.numel = self.spec.numel
@@ -132,7 +132,7 @@ class Worker:
         return result
 
     def torch_dtype(self) -> Any:
-        from numabench.workers.hostmem import torch_dtype
+        from numabench.toolkit.hostmem import torch_dtype
 
         return torch_dtype(self.spec.dtype)
 

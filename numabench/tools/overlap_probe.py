@@ -33,7 +33,7 @@ def _huge_buffer(numel: int, dtype):
 
     import torch
 
-    from numabench.workers.hostmem import HostBuffer
+    from numabench.toolkit.hostmem import HostBuffer
 
     itemsize = torch.empty((), dtype=dtype).element_size()
     nbytes = numel * itemsize
@@ -108,7 +108,7 @@ def bidir_ceiling(w, nbytes: int) -> tuple[float, float]:
     import torch
 
     from numabench.families.adam_offload.worker import bidir_copy_seconds
-    from numabench.workers.hostmem import allocate
+    from numabench.toolkit.hostmem import allocate
 
     ha, hb = allocate(nbytes // 4, torch.float32, "register"), allocate(nbytes // 4, torch.float32, "register")
     da = torch.empty(nbytes // 4, dtype=torch.float32, device=w.device)

@@ -27,7 +27,7 @@ from numabench import faults as faultlib
 from numabench.families import FAMILIES, family, worker_class
 from numabench.families.base import WorkerSpec
 from numabench.interrupts import restore_interrupts
-from numabench.workers.inject import SLOWDOWN_ENV, slowdown_factor
+from numabench.toolkit.inject import SLOWDOWN_ENV, slowdown_factor
 from numabench.workers.protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
 PR_SET_PDEATHSIG = 1

@@ -21,7 +21,7 @@ from numabench.machine.topology import Topology
 from numabench.numa.launch import build_command, worker_env
 from numabench.numa.placement import Expectation, PlacementReport, compare
 from numabench.numa.weights import WeightSetting
-from numabench.workers.inject import slowdown_factor
+from numabench.toolkit.inject import slowdown_factor
 
 
 def pool_invocations(runs: list[CaseResult]) -> CaseResult:

@@ -108,7 +108,7 @@ class OverlappedStep:
     def run(self, fn: Callable[..., Any], hyper: Mapping[str, Any], pad_key: tuple = (),
             pad: Any = None) -> dict[str, float]:
         """``fn(param, grad, exp_avg, exp_avg_sq, **hyper)`` chunk by chunk; seconds per phase.
-        ``pad``: the injected-slowdown pad (numabench.workers.inject) this step pads with (the
+        ``pad``: the injected-slowdown pad (numabench.toolkit.inject) this step pads with (the
         caller's current one: a test swaps the worker's pad between steps)."""
         import torch
 

@@ -18,7 +18,7 @@ from numabench.families.adam_offload.schedule import OverlappedStep, Schedule
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.workers.hostmem import allocate
+from numabench.toolkit.hostmem import allocate
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 LIMIT_HOST_BYTES = 256 * 2**20

@@ -15,7 +15,7 @@ import time
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.workers.hostmem import allocate
+from numabench.toolkit.hostmem import allocate
 
 CHUNK_ENV = "NUMABENCH_BCAST_CHUNK_BYTES"
 MAX_CHUNK_BYTES = 16 * 2**20

@@ -17,7 +17,7 @@ from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.families.cpu_adam import IMPLS
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.workers.hostmem import allocate
+from numabench.toolkit.hostmem import allocate
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 

@@ -131,7 +131,7 @@ class Worker(BaseWorker):
         from torch.utils.data import DataLoader
 
         from numabench.families.dataloader.datasets import InfiniteSampler, SyntheticImages
-        from numabench.workers.hostmem import allocate
+        from numabench.toolkit.hostmem import allocate
 
         if self.cuda:
             torch.cuda.set_device(self.device)

@@ -13,7 +13,7 @@ from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.kernels import stream
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.workers.hostmem import allocate
+from numabench.toolkit.hostmem import allocate
 
 
 class Worker(BaseWorker):

@@ -1,7 +1,7 @@
 """train_step's ``streamed`` mode: the optimizer streamed through the GPU.
 
 The fp32 master weights and both AdamW moments of every parameter live in host memory
-(``numabench.workers.hostmem``: placed by the case's NUMA policy, pinned by cudaHostRegister
+(``numabench.toolkit.hostmem``: placed by the case's NUMA policy, pinned by cudaHostRegister
 on a GPU), flat, in parameter order. Each step streams them through the GPU in chunks: a
 chunk's master/exp_avg/exp_avg_sq are copied in (H2D stream), updated by our fused AdamW
 kernel against the gradient already on the GPU (compute stream; a bf16 gradient is widened
@@ -188,7 +188,7 @@ class StreamedAdamW:
                  master_dtype: Any = None) -> None:
         import torch
 
-        from numabench.workers.hostmem import allocate
+        from numabench.toolkit.hostmem import allocate
 
         self.params = [p for p in params]
         if not self.params:

@@ -17,7 +17,7 @@ import threading
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.workers.hostmem import allocate
+from numabench.toolkit.hostmem import allocate
 
 ALLOC_OF = {"pinned": "register", "pageable": "pageable"}
 

@@ -1,0 +1,4 @@
+"""What a family's worker uses inside its rank, below the families and the worker engine
+(numabench.workers) alike: ``hostmem`` placed, touched, optionally pinned host buffers;
+``inject`` the gate's injected slowdown (real extra work inside a timed phase).
+"""
