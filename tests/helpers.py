@@ -120,9 +120,9 @@ def wait_for_workers(proc: subprocess.Popen, timeout_s: float = 120.0) -> list[p
     raise AssertionError(f"no worker started within {timeout_s:g} s (exit code {proc.poll()})")
 
 
-def publish_seed_site(tmp_path: Path) -> Path:
-    """A site published from the seed's two-node CSVs (plain and weighted interleave),
-    imported as runs: the committed baselines have one node, so no advisor or model."""
+def import_seed_runs(tmp_path: Path) -> list[str]:
+    """The seed's two-node CSVs (plain and weighted interleave, DRAM and CXL) imported as
+    runs under tmp_path: the committed baselines have one node."""
     from numabench.cli import main
 
     seed = Path(__file__).parent / "data" / "seed"
@@ -132,6 +132,13 @@ def publish_seed_site(tmp_path: Path) -> Path:
         assert main(["import-csv", str(seed / f"qwen2.5-7B_{kind}_interleave.csv"), "--out", str(path),
                      "--gpu", "seed GPU", "--cpu", "seed host"]) == 0
         runs.append(str(path))
+    return runs
+
+
+def publish_seed_site(tmp_path: Path) -> Path:
+    """A site published from the seed's imported runs (its advisor and model pages)."""
+    from numabench.cli import main
+
     out = tmp_path / "site"
-    assert main(["publish", *runs, "--out", str(out)]) == 0
+    assert main(["publish", *import_seed_runs(tmp_path), "--out", str(out)]) == 0
     return out

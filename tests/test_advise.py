@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import import_seed_runs
 
 from numabench.cli import main
 from numabench.errors import UsageError
@@ -18,7 +19,6 @@ from numabench.results.report import build_report, combine_runs
 from numabench.results.tables import grouped_tables
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED = ROOT / "tests" / "data" / "seed"
 
 
 def entry(family: str, phase: str, policy: str, seconds: float, numel: int = 1 << 20, extra: dict | None = None,
@@ -57,18 +57,8 @@ def test_the_model_on_synthetic_rates():
     assert predict(0.5, 1.0, 4.0, 0.0) == 2.0
 
 
-def _seed_runs(tmp_path: Path) -> list[str]:
-    out = []
-    for kind in ("normal", "weighted"):
-        path = tmp_path / f"{kind}.json"
-        assert main(["import-csv", str(SEED / f"qwen2.5-7B_{kind}_interleave.csv"), "--out", str(path),
-                     "--gpu", "seed GPU", "--cpu", "seed host"]) == 0
-        out.append(str(path))
-    return out
-
-
 def test_the_model_on_the_seeds_dram_and_cxl_data(tmp_path, capsys):
-    paths = _seed_runs(tmp_path)
+    paths = import_seed_runs(tmp_path)
     advices = advise(combine_runs(paths))
     errors = [(a.case["numel"], abs(p.error_pct)) for a in advices for p in a.predictions if p.measured_s]
     assert len(advices) == 16 and len(errors) == 64
@@ -83,7 +73,7 @@ def test_the_model_on_the_seeds_dram_and_cxl_data(tmp_path, capsys):
 
 
 def test_several_runs_one_report_and_one_curve(tmp_path):
-    paths = _seed_runs(tmp_path)
+    paths = import_seed_runs(tmp_path)
     rep = build_report(paths, tmp_path / "rep", where={"nprocess": "1", "dtype": "fp32"})
     weighted = [p for p in rep.images if "weighted" in p.name]
     assert len(weighted) == 1

@@ -63,6 +63,15 @@ def reference_steps(init, grads, hyper=HYPER):
     return ps, opt
 
 
+def step_with(opt, params, grads, device=None):
+    """One optimizer step per gradient set, the gradients set as a backward pass would."""
+    for gs in grads:
+        for p, gr in zip(params, gs):
+            p.grad = gr.to(device) if device else gr.clone()
+        opt.step()
+        opt.zero_grad()
+
+
 def shapes():
     return [(7, 3), (5,), (4, 4), (1,), (13,)]
 
@@ -77,11 +86,7 @@ def test_update_matches_torch_adamw_in_float64(chunk):
                         master_dtype=torch.float64)
     try:
         assert opt.host_bytes() == 3 * 8 * sum(p.numel() for p in params)
-        for gs in grads:
-            for p, gr in zip(params, gs):
-                p.grad = gr.clone()
-            opt.step()
-            opt.zero_grad()
+        step_with(opt, params, grads)
         ref, ref_opt = reference_steps(init, grads)
         for i, (p, r) in enumerate(zip(params, ref)):
             torch.testing.assert_close(p, r.detach(), rtol=1e-12, atol=1e-14)
@@ -145,11 +150,7 @@ def test_bf16_weights_fp32_master():
     opt = StreamedAdamW(params, HYPER, chunk=6, alloc="pageable", overlap_backward=False)
     try:
         assert opt.host["master"].tensor.dtype == torch.float32
-        for gs in grads:
-            for p, gr in zip(params, gs):
-                p.grad = gr.clone()
-            opt.step()
-            opt.zero_grad()
+        step_with(opt, params, grads)
         ref, _ = reference_steps(init, grads)
         for i, (p, r) in enumerate(zip(params, ref)):
             off = opt.offsets[i]
@@ -258,11 +259,7 @@ def test_gpu_streamed_update_matches_torch_adamw(dtype):
     grads = [[torch.randn(s, generator=g).to(wd) for s in sizes] for _ in range(4)]
     opt = StreamedAdamW(params, HYPER, chunk=8192, alloc="register", overlap_backward=False)
     try:
-        for gs in grads:
-            for p, gr in zip(params, gs):
-                p.grad = gr.to("cuda")
-            opt.step()
-            opt.zero_grad()
+        step_with(opt, params, grads, device="cuda")
         torch.cuda.synchronize()
         ref, _ = reference_steps(init, [[x.float() for x in gs] for gs in grads])
         for i, (p, r) in enumerate(zip(params, ref)):

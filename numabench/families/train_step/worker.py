@@ -200,18 +200,6 @@ class Trainer:
             self.impl = (f"streamed AdamW ({'our fused kernel' if self.cuda else 'torch on the CPU'}, "
                          f"{len(self.streamed.chunks)} chunks of <= {self.streamed.chunk} elements, "
                          f"{'overlapped with backward' if self.world == 1 else 'after backward (DDP)'})")
-        elif mode == "no-offload":
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            net = net.to(self.device)
-            self.model = DDP(net, device_ids=[self.device.index] if self.cuda else None) if dist.is_initialized() \
-                else net
-            if bf16:
-                self.autocast = torch.bfloat16
-            # the reference: all state on the GPU, torch's fused AdamW (one kernel launch per step)
-            self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=BETAS, eps=EPS,
-                                         weight_decay=WEIGHT_DECAY, fused=True)
-            self.impl = "DDP + fused AdamW, all state on the device"
         elif mode == "torchao-offload":
             import torchao
             from torchao.optim import CPUOffloadOptimizer
@@ -222,7 +210,7 @@ class Trainer:
             self.opt = CPUOffloadOptimizer(self.model.parameters(), torch.optim.AdamW, lr=lr, betas=BETAS,
                                            eps=EPS, weight_decay=WEIGHT_DECAY)
             self.impl = f"torchao {torchao.__version__} CPUOffloadOptimizer(AdamW)"
-        elif mode == "ddp":
+        elif mode in ("ddp", "no-offload"):
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             net = net.to(self.device)
@@ -231,6 +219,11 @@ class Trainer:
             if bf16:
                 self.autocast = torch.bfloat16
             self.impl = "DDP"
+            if mode == "no-offload":
+                # the reference: all state on the GPU, torch's fused AdamW (one kernel launch per step)
+                self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=BETAS, eps=EPS,
+                                             weight_decay=WEIGHT_DECAY, fused=True)
+                self.impl = "DDP + fused AdamW, all state on the device"
         elif fsdp2_available():
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
