@@ -147,3 +147,12 @@ def test_the_fast_node_alone_is_the_fastest_where_it_was_measured_faster():
     assert a.best.weights == "0=4,3=1" and a.best.predicted_s == pytest.approx(0.1756)
     assert a.fastest[0] == "bind:0"
     assert "fastest: bind:0 (96.6 ms; measured)" in render([a])
+
+
+def test_host_only_families_are_what_their_family_says():
+    # the advisor's "no PCIe link bounds it" follows the registry, not a hand-kept list
+    from numabench.families import FAMILIES
+    from numabench.results.advise import host_only
+
+    assert {k for k in FAMILIES if host_only(k)} == {"cpu_adam", "host_membw", "touch"}
+    assert not host_only("a family from elsewhere")

@@ -37,7 +37,17 @@ from numabench.results.tables import entries
 GRID = ((4, 1), (3, 1), (2, 1), (1, 1), (1, 2), (1, 3), (1, 4))  # A:B, the faster node first
 SLOWDOWN_BUDGET = 0.02
 HOST_FREE = {("adam_offload", "compute")}
-HOST_ONLY_FAMILIES = {"cpu_adam", "host_membw", "touch"}
+
+
+def host_only(family_key: str) -> bool:
+    """Whether a family's time is host memory's alone (no GPU, ranks on CPU nodes: no PCIe link
+    bounds it), as its Family says; a family this version does not know is taken as not."""
+    from numabench.families import FAMILIES, family
+
+    if family_key not in FAMILIES:
+        return False
+    fam = family(family_key)
+    return not fam.needs_gpu and fam.rank_kind == "cpu-node"
 
 
 def predict(share_a: float, t_a: float, t_b: float, floor: float) -> float:
@@ -188,7 +198,7 @@ def advise(run: dict, family: str | None = None, where: dict | None = None) -> l
         for i, a in enumerate(nodes):
             for b in nodes[i + 1:]:
                 fast, slow = (a, b) if binds[a] <= binds[b] else (b, a)
-                adv = Advice(fam, phase, case, fast, slow, binds[fast], binds[slow], fam not in HOST_ONLY_FAMILIES)
+                adv = Advice(fam, phase, case, fast, slow, binds[fast], binds[slow], not host_only(fam))
                 measured = {}
                 for text, pol in policies.items():
                     share = _weights_of(pol, fast, slow)

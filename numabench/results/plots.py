@@ -366,7 +366,7 @@ def weighted_plots(run: dict, out: Path, family: str | None = None, where: dict 
     measured (a gap wider than MAX_JOIN_PP), the advisor's model (numabench.results.advise) is
     drawn dotted from the two single-node ends, and the gap says it is extrapolated and how far
     from a measurement."""
-    from numabench.results.advise import HOST_FREE, HOST_ONLY_FAMILIES, predict
+    from numabench.results.advise import HOST_FREE, host_only, predict
 
     es = entries(run, where)
     written = []
@@ -412,7 +412,7 @@ def weighted_plots(run: dict, out: Path, family: str | None = None, where: dict 
                                 color = _line(ax, segment, color, format_size(size))
                                 # the advisor's model across the gap, from the two single-node ends
                                 if len(nodes) == 2 and len(ends) == 2 and (fam, phase) not in HOST_FREE:
-                                    floor = 0.0 if fam in HOST_ONLY_FAMILIES else min(ends.values())
+                                    floor = 0.0 if host_only(fam) else min(ends.values())
                                     xs = [segment[-1][0] + (pt[0] - segment[-1][0]) * i / 40 for i in range(41)]
                                     ax.plot(xs, [predict(x / 100, ends[100.0], ends[0.0], floor) for x in xs],
                                             linestyle=":", linewidth=1.2, color=color, marker=None)
