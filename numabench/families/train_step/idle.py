@@ -43,8 +43,36 @@ def idle_fractions(kernels: Sequence[tuple[int, int]], copies: Sequence[tuple[in
             "window_s": window * 1e-9}
 
 
+# The chrome trace's categories of GPU-side work (kineto's names): kernels, and the copies and
+# memsets that keep the copy engines busy; not "gpu_user_annotation" (ranges, not work) nor the
+# host-side "cuda_runtime" calls.
+KERNEL_CATEGORIES = ("kernel",)
+COPY_CATEGORIES = ("gpu_memcpy", "gpu_memset")
+
+
+def gpu_spans(trace: dict[str, Any]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Kernel and copy intervals (ns) from a chrome trace as torch's profiler exports it
+    (``traceEvents`` with ``cat``, ``ts`` and ``dur`` in microseconds)."""
+    kernels, copies = [], []
+    for ev in trace.get("traceEvents", []):
+        cat = ev.get("cat")
+        if cat not in KERNEL_CATEGORIES and cat not in COPY_CATEGORIES:
+            continue
+        start = round(float(ev["ts"]) * 1000)
+        span = (start, start + round(float(ev.get("dur", 0)) * 1000))
+        (kernels if cat in KERNEL_CATEGORIES else copies).append(span)
+    return kernels, copies
+
+
 def profile_idle(step: Callable[[], Any], device: Any, steps: int = 2) -> dict[str, Any]:
-    """Run ``step`` ``steps`` times under the profiler on ``device`` (CUDA) and measure the idle shares."""
+    """Run ``step`` ``steps`` times under the profiler on ``device`` (CUDA) and measure the idle shares.
+
+    The GPU activity is read from the exported chrome trace: its format is public and stable
+    across torch releases, unlike the profiler's internal event objects."""
+    import json
+    import tempfile
+    from pathlib import Path
+
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -53,18 +81,11 @@ def profile_idle(step: Callable[[], Any], device: Any, steps: int = 2) -> dict[s
         for _ in range(steps):
             step()
         torch.cuda.synchronize(device)
-    kernels, copies = [], []
-    for e in prof.profiler.kineto_results.events():
-        if e.device_type() != torch.autograd.DeviceType.CUDA:
-            continue
-        # GPU-side activity only: kernels, copies, memsets (kineto's "kernel", "gpu_memcpy",
-        # "gpu_memset"); not user annotations (they span ranges) nor cuda_sync (a wait, not work)
-        kind = str(e.activity_type()).lower()
-        span = (int(e.start_ns()), int(e.start_ns()) + int(e.duration_ns()))
-        if "memcpy" in kind or "memset" in kind:
-            copies.append(span)
-        elif "kernel" in kind:
-            kernels.append(span)
+    with tempfile.TemporaryDirectory(prefix="numabench-trace-") as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    kernels, copies = gpu_spans(trace)
     out = idle_fractions(kernels, copies)
     out["profiled_steps"] = steps
     out["source"] = "torch.profiler (CUPTI): union of kernel and copy intervals over the profiled steps"
