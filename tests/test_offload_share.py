@@ -81,5 +81,29 @@ def test_modes_table_breaks_down_every_mode_against_no_offload():
     assert set(rows) == {"no-offload", "streamed", "deepspeed-zero2"}
     assert abs(rows["streamed"].over_reference - 1.15) < 1e-9 and rows["no-offload"].over_reference == 1.0
     table = modes_table(list(rows.values()))
-    assert "| deepspeed-zero2 | small | bf16 | 1 | default | 175.00 |" in table and "26%" in table
+    assert "| deepspeed-zero2 | small | bf16 | 1 | default | node | 175.00 |" in table and "26%" in table
     assert "1.15x" in table
+
+
+def test_winner_sentences_name_the_fastest_offload_its_margin_and_its_cost():
+    from numabench.results.offload_modes import mode_rows, winner_sentences
+
+    def ts(mode, median_s, cpu_bind="node", policy="default", model="small"):
+        return bench(f"test_train_step[step-np1-{policy}-bf16-{mode}-{model}-{cpu_bind}]", median_s,
+                     family="train_step", phase="step", nprocess=1, numel=32, dtype="bf16", policy=policy,
+                     mode=mode, model=model, cpu_bind=cpu_bind, n_params=4_000_000, forward_ms=1.0,
+                     tokens_per_s=1000.0)
+
+    data = run(ts("no-offload", 0.080), ts("streamed", 0.076), ts("torchao-offload", 0.092),
+               ts("deepspeed-zero2", 0.200), ts("deepspeed-zero2", 0.175, cpu_bind="rank-cores"),
+               ts("streamed", 0.275, model="1b"), ts("no-offload", 0.103, model="1b"),
+               ts("deepspeed-zero2", 0.150, model="1b", policy="bind:0"))  # alone in its group: no sentence
+    # the 1b groups hold one offload mode each: nothing to rank, no sentence
+    assert winner_sentences(mode_rows(data)) == [
+        "small bf16, 1 rank, policy default: streamed wins (76.0 ms a step, cpu_bind node), 1.21x faster than "
+        "the next, torchao-offload (92.0 ms); 0.95x the no-offload step (80.0 ms)."]
+    # each mode at its best binding: ZeRO-2's rank-cores 175 ms, not node's 200 ms
+    data = run(ts("streamed", 0.180), ts("deepspeed-zero2", 0.200), ts("deepspeed-zero2", 0.175, cpu_bind="rank-cores"))
+    assert winner_sentences(mode_rows(data)) == [
+        "small bf16, 1 rank, policy default: deepspeed-zero2 wins (175.0 ms a step, cpu_bind rank-cores), "
+        "1.03x faster than the next, streamed (180.0 ms)."]

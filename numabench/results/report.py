@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from numabench.errors import UsageError
-from numabench.results.offload_modes import mode_rows, modes_table
+from numabench.results.offload_modes import mode_rows, modes_table, winner_sentences
 from numabench.results.offload_share import share_rows, share_table
 from numabench.results.seed_csv import load_run
 from numabench.results.tables import adam_offload_table, entries, grouped_tables
@@ -115,6 +115,11 @@ def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | 
                 "(torch's fused AdamW, all state on the GPU) of the same model, dtype, ranks and policy."), "",
                modes_table(modes), ""]
         text += ["train_step: where the step goes, per mode", modes_table(modes), ""]
+        wins = winner_sentences(modes)
+        if wins:
+            key = (run.get("machine_info") or {}).get("numabench", {}).get("hardware_key", "this machine")
+            md += [f"Which offload wins on {key}:", ""] + [f"- {w}" for w in wins] + [""]
+            text += [f"which offload wins on {key}:"] + [f"  {w}" for w in wins] + [""]
     markdown = "\n".join(md).rstrip() + "\n"
     md_path = None
     if out is not None:
