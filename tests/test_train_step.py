@@ -380,3 +380,46 @@ def test_deepspeed_timers_reset_every_logged_timer_and_mark_the_bookkeeping():
     group.log(["fwd_microstep", "step", "bwd", "absent"])
     assert all(tm.resets == 1 for tm in group.timers.values())
     assert t.take() == {"ds_step": 0.05, "ds_backward": 0.007}
+
+
+def test_param_count_from_the_shape_matches_the_built_model():
+    """The fits-in-memory check counts parameters without torch; the count must be the model's."""
+    from numabench.families.train_step.configs import MODELS, param_count
+    from numabench.families.train_step.model import build_model, count_params
+
+    for name in MODELS:
+        assert param_count(MODELS[name]) == count_params(build_model(name, device="meta")), name
+    assert param_count(MODELS["small"]) == 134_994_432
+
+
+def test_offload_state_counts_in_the_host_memory_check():
+    """The ~1B model's streamed state is 11 GiB per rank: 4 ranks need 45 GiB of host memory, which
+    a 32 GiB machine has not; its on-device reference needs only its batches."""
+    from numabench.families.train_step import host_state_bytes
+
+    t = topo("dgx-2socket-8gpu")  # a recorded GPU machine: the GPU-size model is no reason to skip
+    streamed = case(mode="streamed", model="1b", nprocess=1, batch=8, dtype="bf16")
+    assert host_state_bytes(streamed) == 12 * 938_905_600
+    assert host_state_bytes(case(mode="no-offload", model="1b")) == 0
+    # ZeRO splits the state over the ranks, the streamed mode and torchao keep a copy per rank
+    assert host_state_bytes(case(mode="deepspeed-zero2", model="1b", nprocess=2)) == 20 * 938_905_600
+    assert host_state_bytes(case(mode="streamed", model="1b", nprocess=2)) == 2 * 12 * 938_905_600
+    need = streamed.numel * FAM.host_bytes_per_element(streamed)
+    assert need >= host_state_bytes(streamed)
+    reason = FAM.skip_reason(streamed, t, CAPS, host_memory_bytes=8 * 2**30)
+    assert reason is not None and "host memory" in reason, reason
+    assert FAM.skip_reason(streamed, t, CAPS, host_memory_bytes=64 * 2**30) is None
+    reference = case(mode="no-offload", model="1b", nprocess=1, batch=8, dtype="bf16")
+    assert FAM.skip_reason(reference, t, CAPS, host_memory_bytes=8 * 2**30) is None
+
+
+def test_the_streamed_mode_declares_our_kernel_where_ranks_run_on_gpus(monkeypatch):
+    """The parent builds the kernel before the streamed mode's GPU ranks start (they only load it);
+    CPU ranks run torch's AdamW and need no build."""
+    import numabench.families.train_step as ts
+
+    monkeypatch.setattr(ts, "_cuda_here", lambda: True)
+    assert FAM.kernels_for({"mode": "streamed", "model": "small"}) == ("cuda_adam",)
+    assert FAM.kernels_for({"mode": "no-offload", "model": "small"}) == ()
+    monkeypatch.setattr(ts, "_cuda_here", lambda: False)
+    assert FAM.kernels_for({"mode": "streamed", "model": "tiny"}) == ()

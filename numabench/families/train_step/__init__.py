@@ -32,13 +32,14 @@ GPU memory per rank, host memory per node per rank.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import socket
 import statistics
 
 from numabench.cases import CaseResult
 from numabench.families.base import CPU_BINDS, GpuOrCpuFamily
-from numabench.families.train_step.configs import model_config
+from numabench.families.train_step.configs import model_config, param_count
 
 DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
@@ -49,6 +50,43 @@ MODES = ("ddp", "fsdp", "fsdp-offload", "deepspeed-zero2", "deepspeed-zero3", "t
 # modes that need an optional package (numabench[deepspeed], numabench[torchao])
 MODE_PACKAGES = {"deepspeed-zero2": "deepspeed", "deepspeed-zero3": "deepspeed", "torchao-offload": "torchao"}
 POOL = 4  # distinct batches per rank, cycled through in the timed steps
+
+# Host bytes per parameter an offload mode keeps, as measured on its ranks (bounds: DeepSpeed on
+# its CPU accelerator keeps more than on a GPU) and whether every rank holds a whole copy
+# (replicated) or ZeRO/FSDP split it over the ranks: streamed 12 (master, two moments), ZeRO-2
+# 16-20, ZeRO-3 18-24, torchao 16, FSDP2's CPU offload 12. The on-device modes keep none.
+OFFLOAD_HOST_BYTES = {"streamed": (12, True), "deepspeed-zero2": (20, False), "deepspeed-zero3": (24, False),
+                      "torchao-offload": (16, True), "fsdp-offload": (12, False)}
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_here() -> bool:
+    """Whether this machine's ranks run on CUDA GPUs (asked of the driver once, torch-free)."""
+    from numabench.machine.gpus import visible_gpus
+
+    return bool(visible_gpus())
+
+
+def variant_kernels(variant) -> tuple[str, ...]:
+    """The streamed mode's ranks run our fused Adam kernel where they run on GPUs (torch's AdamW
+    on CPU ranks): the parent builds it before they start, and plans count its build."""
+    return ("cuda_adam",) if variant.get("mode") == "streamed" and _cuda_here() else ()
+
+
+def host_state_bytes(case) -> int:
+    """Host memory the case's offloaded optimizer state takes over all its ranks (0 for the
+    modes that keep it on the device)."""
+    per_param, replicated = OFFLOAD_HOST_BYTES.get(case.param("mode", "ddp"), (0, False))
+    n = param_count(model_config(case.param("model", "tiny")))
+    return per_param * n * (case.nprocess if replicated else 1)
+
+
+def host_bytes_per_sequence(case) -> float:
+    """Host bytes per sequence of the global batch (the size axis) for the fits-in-memory check:
+    its int64 tokens in the batch pool (x POOL), on CPU ranks the tiny model's activations
+    (~2 MiB), and the offloaded optimizer state spread over the batch."""
+    tokens = (model_config(case.param("model", "tiny")).seq_len + 1) * 8 * POOL + 2**21
+    return tokens + host_state_bytes(case) / max(1, case.numel)
 
 
 def gpu_only(case) -> str | None:
@@ -217,9 +255,9 @@ FAMILY = GpuOrCpuFamily(
     default_axis_values={"model": ("tiny", "small")},  # 1b on request (--numa-axis model=1b)
     cpu_bind=lambda case: case.param("cpu_bind", "node"),
     worker_axes=(),
-    # per sequence of the global batch: its int64 tokens in the batch pool (x4) and, on CPU ranks,
-    # activations of the tiny model (~2 MiB); a bound for the fits-in-memory check
-    host_bytes_per_element=lambda case: (model_config(case.param("model", "tiny")).seq_len + 1) * 8 * POOL + 2**21,
+    host_bytes_per_element=host_bytes_per_sequence,
+    kernels=("cuda_adam",),
+    variant_kernels=variant_kernels,
     case_skip_reason=skip_reason,
     gpu_only=gpu_only,
     # ci: the host-offloaded step (the one NUMA placement moves) and its GPU-resident reference;

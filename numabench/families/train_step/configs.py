@@ -35,6 +35,14 @@ MODELS = {
 }
 
 
+def param_count(cfg: GPTConfig) -> int:
+    """The model's parameter count, from its shape (what count_params(build_model(...)) gives,
+    without torch): embeddings, untied head, per block two LayerNorms, attention and MLP."""
+    d, r = cfg.d_model, cfg.mlp_ratio
+    block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (r * d * d + r * d) + (r * d * d + d)
+    return 2 * cfg.vocab * d + cfg.seq_len * d + cfg.n_layers * block + 2 * d
+
+
 def model_config(name: str) -> GPTConfig:
     try:
         return MODELS[name]
