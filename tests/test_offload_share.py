@@ -100,10 +100,10 @@ def test_winner_sentences_name_the_fastest_offload_its_margin_and_its_cost():
                ts("deepspeed-zero2", 0.150, model="1b", policy="bind:0"))  # alone in its group: no sentence
     # the 1b groups hold one offload mode each: nothing to rank, no sentence
     assert winner_sentences(mode_rows(data)) == [
-        "small bf16, 1 rank, policy default: streamed wins (76.0 ms a step, cpu_bind node), 1.21x faster than "
-        "the next, torchao-offload (92.0 ms); 0.95x the no-offload step (80.0 ms)."]
+        ("small bf16, 1 rank, policy default: streamed wins (76.0 ms a step, cpu_bind node), 1.21x faster than "
+         "the next, torchao-offload (92.0 ms); 0.95x the no-offload step (80.0 ms).")]
     # each mode at its best binding: ZeRO-2's rank-cores 175 ms, not node's 200 ms
     data = run(ts("streamed", 0.180), ts("deepspeed-zero2", 0.200), ts("deepspeed-zero2", 0.175, cpu_bind="rank-cores"))
     assert winner_sentences(mode_rows(data)) == [
-        "small bf16, 1 rank, policy default: deepspeed-zero2 wins (175.0 ms a step, cpu_bind rank-cores), "
-        "1.03x faster than the next, streamed (180.0 ms)."]
+        ("small bf16, 1 rank, policy default: deepspeed-zero2 wins (175.0 ms a step, cpu_bind rank-cores), "
+         "1.03x faster than the next, streamed (180.0 ms).")]
