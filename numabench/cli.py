@@ -1,5 +1,22 @@
-"""Command line: the ``numabench`` subcommands (``numabench --help`` lists them), one ``cmd_*``
-function each. The only place that prints."""
+"""Command line: the ``numabench`` subcommands, one ``cmd_*`` function each (``publish``'s in
+numabench/publish/cli.py). The only place that prints. ``build_parser()`` makes them
+(tests/test_cli_layout.py checks this list against it):
+
+- ``topo``: NUMA nodes, GPUs, distances, policies this machine can apply (``--key``,
+  ``--bandwidth``)
+- ``build``: compile the C++/CUDA kernels into the cache
+- ``csv``, ``import-csv``: a run as the seed benchmark's CSV, and back
+- ``report``: tables and plots of runs
+- ``advise``: which weighted-interleave ratio, from the runs
+- ``history``: a hardware key's saved runs in time order, with change points
+- ``compare``: judge a run against a baseline (exit 1 on a regression)
+- ``merge``: saved runs of one key into one baseline
+- ``learn``: fold a passing gated run into the key's rolling baseline
+- ``fleet``: push and pull runs in a fleet's store (PostgreSQL, Elasticsearch/OpenSearch)
+- ``ab``: A/B two git revisions on this machine
+- ``plan``: the time plan of a run without running it (``--list``: the families)
+- ``publish``: a static site of saved runs
+"""
 from __future__ import annotations
 
 import argparse
@@ -223,6 +240,8 @@ def cmd_ab(ns: argparse.Namespace) -> int:
 def cmd_plan(ns: argparse.Namespace) -> int:
     import subprocess
 
+    if ns.list or ns.markdown or ns.readme:
+        return plan_list(ns)
     args = ns.pytest_args or ["benchmarks"]
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
                          capture_output=True, text=True)
@@ -232,6 +251,40 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         sys.stderr.write(f"{said}\n" if said else out.stdout[-3000:] + out.stderr[-3000:])
         return out.returncode or 1
     print("\n".join(lines))
+    return 0
+
+
+def plan_list(ns: argparse.Namespace) -> int:
+    """numabench plan --list: the families as text, as the README's Markdown table, or that
+    table rewritten in a README (numabench.families.listing renders all three)."""
+    import shutil
+
+    from numabench.families import listing
+
+    if not ns.list:
+        raise UsageError("--markdown and --readme go with --list (numabench plan --list --markdown)")
+    if ns.markdown and ns.readme:
+        raise UsageError("--list takes --markdown (print the table) or --readme FILE (rewrite it there), not both")
+    if ns.readme:
+        path = Path(ns.readme)
+        try:
+            text = path.read_text()
+            new = listing.replace_readme_table(text)
+            if new != text:
+                path.write_text(new)
+        except OSError as e:
+            raise UsageError(f"--readme {path}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"--readme {path}: not UTF-8 text: allowed a Markdown README") from None
+        except ValueError as e:
+            raise UsageError(f"--readme {path}: {e}") from None
+        print(f"{path}: family table " + ("rewritten" if new != text else "up to date")
+              + f" ({len(listing.family_rows())} families)")
+        return 0
+    if ns.markdown:
+        sys.stdout.write(listing.render_markdown())
+    else:
+        sys.stdout.write(listing.render_text(width=shutil.get_terminal_size().columns))
     return 0
 
 
@@ -321,10 +374,8 @@ def cmd_fleet(ns: argparse.Namespace) -> int:
             store.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    # A caller that ignores SIGINT (nohup, a background job) would leave `ab`, `plan` and
-    # the bandwidth tools deaf to Ctrl-C, with their children and worktrees.
-    restore_interrupts()
+def build_parser() -> OneLineParser:
+    """The ``numabench`` parser: one subparser per subcommand (the module docstring lists them)."""
     parser = OneLineParser(prog="numabench", description="NUMA-aware GPU offload benchmarks")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("topo", help="show NUMA nodes, GPUs, distances, and what policies this machine can apply")
@@ -454,20 +505,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--head-env", action="append", metavar="NAME=VALUE", help="environment for head runs")
     p.set_defaults(func=cmd_ab, pytest_args=None)
     p = sub.add_parser("plan", help="the time plan of a benchmark run without running it: entries, worker runs, "
-                                    "estimated minutes per family", usage="numabench plan [PYTEST_ARGS...]",
+                                    "estimated minutes per family; --list: the families",
+                       usage="numabench plan [PYTEST_ARGS...] | numabench plan --list [--markdown | --readme FILE]",
                        description="The time plan of `pytest benchmarks PYTEST_ARGS` (default: benchmarks, the ci "
                                    "tier) from this hardware key's baseline, without running anything; e.g. "
                                    "numabench plan benchmarks --numa-tier=full. PYTEST_ARGS are any of pytest's and "
-                                   "numabench's options (pytest benchmarks --help lists them).")
+                                   "numabench's options (pytest benchmarks --help lists them). With --list: the "
+                                   "families instead, what one round of each measures and what it needs.")
+    p.add_argument("--list", action="store_true", help="list the families (each Family's description and needs)")
+    p.add_argument("--markdown", action="store_true", help="with --list: the README's family table (Markdown)")
+    p.add_argument("--readme", default=None, metavar="FILE",
+                   help="with --list: rewrite the family table of FILE (README.md) from the families")
     p.set_defaults(func=cmd_plan, pytest_args=None)
     from numabench.publish.cli import add_parser as add_publish_parser  # numabench publish: its own package
     add_publish_parser(sub)
+    return parser
+
+
+PLAN_OWN_OPTIONS = ("--list", "--markdown", "--readme")  # numabench plan's own: anything else goes to pytest
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # A caller that ignores SIGINT (nohup, a background job) would leave `ab`, `plan` and
+    # the bandwidth tools deaf to Ctrl-C, with their children and worktrees.
+    restore_interrupts()
+    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     pytest_args = None
     if argv and argv[0] == "ab" and "--" in argv:  # what follows -- selects the benchmarks
         cut = argv.index("--")
         argv, pytest_args = argv[:cut], argv[cut + 1:]
-    elif argv and argv[0] == "plan" and not {"-h", "--help"} & set(argv[1:2]):
+    elif (argv and argv[0] == "plan" and not {"-h", "--help"} & set(argv[1:2])
+          and not any(a.split("=", 1)[0] in PLAN_OWN_OPTIONS for a in argv[1:])):
         argv, pytest_args = argv[:1], argv[1:]  # everything after plan goes to pytest
     ns = parser.parse_args(argv)
     if pytest_args is not None:

@@ -5,6 +5,8 @@ A family is a folder here: ``__init__.py`` defines ``FAMILY`` (a
 hooks) and imports no torch; ``worker.py`` defines ``Worker`` (a
 ``numabench.families.base.Worker``: one rank's set-up and timed steps). The folder's
 name is the family's key; ``benchmarks/test_<key>.py`` makes it a pytest module.
+numabench.families.listing renders the families for people (``numabench plan --list``, the
+README's family table) from each ``Family``'s ``description`` and ``needs``.
 """
 from __future__ import annotations
 

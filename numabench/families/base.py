@@ -1,7 +1,8 @@
 """What every family is made of: ``Family`` (the nvbandwidth-testcase shape: a key
-users select by, a description, its phases (each a pytest-benchmark entry), its axes'
-defaults and requirements, from which the skip reason comes, and its hooks),
-``WorkerSpec`` (what the parent tells each rank's worker, parsed once) and ``Worker``
+users select by, a description and what it needs (``numabench plan --list`` and the
+README's family table, numabench.families.listing), its phases (each a pytest-benchmark
+entry), its axes' defaults and requirements, from which the skip reason comes, and its
+hooks), ``WorkerSpec`` (what the parent tells each rank's worker, parsed once) and ``Worker``
 (the worker's side: ``setup() -> dict``, ``step(variant) -> {phase: seconds}``,
 ``close()``).
 
@@ -164,8 +165,14 @@ class Worker:
 @dataclass
 class Family:
     key: str
+    # what one round measures, in a sentence or a few (Markdown: `code` reads well in a terminal
+    # too); with ``needs`` what `numabench plan --list` prints and the README's family table
+    # shows (numabench.families.listing renders both; a test keeps the README equal to it)
     description: str
     phases: tuple[str, ...]
+    # what a case needs to run, in words ("nothing", "a CUDA GPU per rank", optional packages);
+    # the skip reasons (``skip_reason``) are what enforces it
+    needs: str = "nothing"
     needs_gpu: bool = False
     min_gpus_per_case: Callable[["Case"], int] = lambda case: 0
     default_sizes: tuple[int, ...] = ()

@@ -54,7 +54,14 @@ FAMILY = Family(
     kernels=("cuda_adam",),
     variant_kernels=lambda v: ("cuda_adam",) if v.get("impl", "ours") == "ours" else (),
     key="adam_offload",
-    description="Offloaded Adam step: H2D of param/grad/moments, fused Adam on the GPU, D2H of param/moments.",
+    description=("one offloaded optimizer step over host-resident Adam state placed by the policy: H2D of "
+                 "param/grad/moments, fused Adam on the GPU, D2H of param/moments; each phase (h2d, "
+                 "compute, d2h, step) its own entry, max over the concurrent ranks; axes `impl` (ours: "
+                 "`csrc/fused_adam.cu`, torch's fused kernel), `schedule` (serial, overlap: chunked "
+                 "three-stream pipeline, chunk `NUMABENCH_CHUNK_ELEMS`, default 8 MiB per tensor) and "
+                 "`alloc` (the placed state pinned by cudaHostRegister, or torch's `pin_memory` on "
+                 "request)"),
+    needs="a CUDA GPU per rank",
     phases=("h2d", "compute", "d2h", "step"),
     round_phases=("step",),
     ci_axis_values={"impl": ("ours",)},  # torch's kernel is a reference, compared in the full tier

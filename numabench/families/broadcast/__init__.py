@@ -67,8 +67,9 @@ def metrics(result: CaseResult, phase: str) -> dict:
 
 FAMILY = Family(
     key="broadcast",
-    description="One policy-placed host tensor to every GPU: pageable in turn, pinned with a stream per GPU, "
-                "pipelined through double-buffered pinned staging, relayed from GPU 0 over peer links.",
+    description=("one policy-placed host tensor to every GPU: pageable in turn, pinned with a stream per "
+                 "GPU, pipelined through double-buffered pinned staging, relayed by GPU 0 over peer links"),
+    needs="2+ GPUs",
     phases=("broadcast",),
     needs_gpu=True,
     min_gpus_per_case=lambda case: 2,

@@ -39,7 +39,10 @@ FAMILY = Family(
     kernels=("cpu_adam",),
     variant_kernels=lambda v: ("cpu_adam",) if v.get("impl", "ours").startswith("ours") else (),
     key="cpu_adam",
-    description="Adam step on the CPU over host-resident state placed by the policy; one rank per CPU node.",
+    description=("Adam on the CPU over host-resident state placed by the policy (ZeRO-Offload), one rank "
+                 "per CPU node: ours (`csrc/cpu_adam.cpp`, AVX-512/AVX2, optional fused bf16 copy-out), "
+                 "torch fused, torch foreach, DeepSpeedCPUAdam if installed"),
+    needs="nothing (`numabench[deepspeed]` for DeepSpeed's)",
     phases=("step",),
     rank_kind="cpu-node",
     default_sizes=(16 * 2**20,),  # 64 MiB per fp32 tensor: well past a 32 MiB L3

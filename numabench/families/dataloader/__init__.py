@@ -62,8 +62,9 @@ def metrics(result: CaseResult, phase: str) -> dict:
 
 FAMILY = GpuOrCpuFamily(
     key="dataloader",
-    description="DataLoader throughput into the GPU (or host memory): loader workers bound to the GPU's node "
-                "and re-bound in worker_init_fn, or unbound.",
+    description=("a synthetic image DataLoader with its workers bound to the rank's node (re-bound in "
+                 "`worker_init_fn`) or unbound; samples/s into the GPU, or into host memory without one"),
+    needs="nothing (GPU optional)",
     phases=("batch",),
     rank_kind="gpu",
     default_sizes=(32, 256),

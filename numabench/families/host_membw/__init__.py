@@ -25,7 +25,9 @@ def metrics(result: CaseResult, phase: str) -> dict:
 FAMILY = Family(
     kernels=("stream",),
     key="host_membw",
-    description="STREAM copy, triad and Adam's 4-read/3-write pattern over policy-placed fp32 arrays.",
+    description=("STREAM copy, triad and Adam's 4-read/3-write pattern (`csrc/stream.cpp`) from a node's "
+                 "threads to policy-placed fp32 arrays: the ceiling cpu_adam is judged by"),
+    needs="nothing",
     phases=("time",),
     rank_kind="cpu-node",
     default_sizes=(16 * 2**20,),  # 64 MiB per array, like cpu_adam's default

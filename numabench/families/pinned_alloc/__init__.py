@@ -70,8 +70,10 @@ def metrics(result: CaseResult, phase: str) -> dict:
 
 FAMILY = Family(
     key="pinned_alloc",
-    description="Allocate, touch and free N bytes of pinned host memory per allocator (cudaHostRegister of "
-                "placed pages, torch pin_memory, cudaHostAlloc); reserved bytes and policy honoured.",
+    description=("the cost and real size of pinned host memory: allocate, touch and free N bytes per "
+                 "allocator (mmap + touch + cudaHostRegister of placed pages, torch `pin_memory`, "
+                 "`cudaHostAlloc`); reserved bytes, and whether each honours the policy"),
+    needs="a CUDA GPU per rank",
     phases=("alloc", "free"),
     needs_gpu=True,
     default_sizes=(1835008, 67895296),

@@ -13,7 +13,9 @@ def metrics(result: CaseResult, phase: str) -> dict:
 
 FAMILY = Family(
     key="touch",
-    description="Write every byte of a host buffer placed by the NUMA policy (memset bandwidth per node).",
+    description=("memset of every byte of a host buffer placed by the policy (memset bandwidth per node; "
+                 "the simplest placed case)"),
+    needs="nothing",
     phases=("write",),
     rank_kind="cpu-node",
     default_sizes=(64 * 2**20,),

@@ -243,8 +243,24 @@ def metrics(result: CaseResult, phase: str) -> dict:
 
 FAMILY = GpuOrCpuFamily(
     key="train_step",
-    description="One training step of a small GPT (DDP, FSDP, FSDP + CPU offload) in a process group of "
-                "one rank per GPU (gloo DDP on a CPU-only machine).",
+    description=("one training step of a small GPT (`model` tiny, small; 1b on request) in a process group "
+                 "of one rank per GPU (gloo on a CPU-only machine), with DDP, FSDP, or FSDP with CPU offload (torch's "
+                 "`CPUOffloadPolicy`), DeepSpeed's ZeRO-Offload (`deepspeed-zero2`, `deepspeed-zero3`: "
+                 "optimizer state and step on the host, pinned) or torchao's `CPUOffloadOptimizer` "
+                 "(`torchao-offload`, one rank), `streamed` (fp32 master weights and Adam moments in "
+                 "placed, pinned host memory, streamed through the GPU in chunks and updated by our fused "
+                 "kernel, overlapped with backward on one rank) or `no-offload` (fused AdamW, all state on"
+                 " the GPU: the reference) under the policy; each step split into forward, backward and "
+                 "optimizer; tokens/s, TFLOPS, peak memory; axis `cpu_bind`: `node` (each rank bound to "
+                 "its node's CPUs, torch threads = those CPUs divided by the ranks on the node), "
+                 "`rank-cores` (a disjoint share of the node's physical cores per rank, as DeepSpeed's "
+                 "`--bind_cores_to_rank`; workers check they run there), `none` (unbound); "
+                 "`NUMABENCH_RANK_THREADS=N` overrides the threads (`0`: torch's default); also `torchrun "
+                 "-m numabench.tools.train_step_cli`"),
+    needs=("nothing for the tiny model in fp32 (DDP, FSDP, streamed, no-offload on gloo); CUDA for "
+           "fsdp-offload, bf16 and the small and 1b models; `numabench[deepspeed]` for the DeepSpeed modes"
+           " (on a CPU-only machine they run on DeepSpeed's CPU accelerator over gloo), "
+           "`numabench[torchao]` and CUDA for torchao's"),
     phases=("step",),
     rank_kind="gpu",
     default_sizes=(32,),

@@ -55,8 +55,9 @@ def metrics(result: CaseResult, phase: str) -> dict:
 
 FAMILY = Family(
     key="transfer",
-    description="H2D, D2H and bidirectional copy-engine copies between policy-placed host memory "
-                "(pinned or pageable) and each GPU; all GPUs at once when nprocess > 1.",
+    description=("H2D, D2H and bidirectional copy-engine copies between policy-placed host memory (pinned "
+                 "or pageable) and each GPU; all GPUs at once with nprocess > 1"),
+    needs="a CUDA GPU per rank",
     phases=PHASES,
     needs_gpu=True,
     default_sizes=(16 * 2**20, 256 * 2**20),  # fp32: 64 MiB and 1 GiB in total
