@@ -14,7 +14,7 @@ from fixtures import progress
 from numabench.cli import main
 from numabench.errors import UsageError
 from numabench.publish.source import runs_from_git
-from numabench.results import fleet, storage
+from numabench.results import ab, fleet, storage
 from numabench.results.compare import compare_runs
 from numabench.results.history import history
 from numabench.results.report import build_report
@@ -237,3 +237,16 @@ def test_git_history_and_publish_parse_committed_runs_through_storage(tmp_path, 
                                          r"not valid JSON"):
         history(root, from_git=True)
     assert len(runs_from_git(root)) == 1  # the site shows what can be read
+
+
+def test_ab_reads_its_invocations_json_through_storage(tmp_path, reads, monkeypatch):
+    out = tmp_path / "base-0.json"
+
+    def pytest_run(cmd, **kw):  # what pytest --benchmark-json leaves behind
+        write(out, a_run(value=2.0))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(ab.subprocess, "run", pytest_run)
+    side = ab.Side("worktree", None, tmp_path, {})
+    assert ab.invoke(side, ["benchmarks"], out) == {a_run()["benchmarks"][0]["fullname"]: 2.0}
+    assert reads == [out]
