@@ -152,13 +152,13 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
 
 def cmd_advise(ns: argparse.Namespace) -> int:
+    from numabench.results import storage
     from numabench.results.advise import advise, render
     from numabench.results.report import combine_runs
-    from numabench.results.seed_csv import load_run
     from numabench.results.tables import parse_where
 
     check_family(ns.family)
-    run = combine_runs(ns.run_json) if len(ns.run_json) > 1 else load_run(ns.run_json[0])
+    run = combine_runs(ns.run_json) if len(ns.run_json) > 1 else storage.load_run(ns.run_json[0])
     sys.stdout.write(render(advise(run, ns.family, parse_where(ns.where))))
     return 0
 
@@ -209,16 +209,15 @@ def _compare(ns: argparse.Namespace) -> int:
         old, new = ns.runs
     else:  # the newest baseline of NEW's hardware key
         from numabench.machine.hwkey import run_hardware_key
-        from numabench.results.seed_csv import load_run
-        from numabench.results.storage import check_baselines
+        from numabench.results import storage
 
         new = ns.runs[0]
-        key = run_hardware_key(load_run(new))
+        key = run_hardware_key(storage.load_run(new))
         if not key:
             raise UsageError(f"{new} records no hardware key: name the baseline (numabench compare BASELINE NEW)")
         hint = ("save one on a machine of that key with `pytest benchmarks --benchmark-save=NAME "
                 "--benchmark-save-data --numa-repeats=3`, or name it: numabench compare BASELINE NEW")
-        old = str(check_baselines(Path(ns.storage) / key, True, key, what="compare", hint=hint)[0])
+        old = str(storage.check_baselines(Path(ns.storage) / key, True, key, what="compare", hint=hint)[0])
     res = compare_runs(old, new, threshold=ns.threshold, coarsest=ns.coarsest, allow_foreign=ns.allow_foreign)
     show = "changed" if ns.changed_only or (ns.format == "markdown" and not ns.all) else "all"
     sys.stdout.write(render_as(res, ns.format, show=show))
@@ -331,8 +330,8 @@ def fleet_url(given: str | None) -> str:
 
 
 def cmd_fleet(ns: argparse.Namespace) -> int:
+    from numabench.results import storage
     from numabench.results.fleet import FleetIndex, open_fleet
-    from numabench.results.seed_csv import load_run
 
     if ns.last is not None and ns.last < 1:
         raise UsageError(f"--last={ns.last}: allowed an integer >= 1 (the newest runs to pull)")
@@ -344,10 +343,10 @@ def cmd_fleet(ns: argparse.Namespace) -> int:
                 raise UsageError("fleet push needs saved run files (with --benchmark-save-data)")
             for path in ns.runs:
                 if isinstance(store, FleetIndex):
-                    rid, count = store.push(load_run(path))
+                    rid, count = store.push(storage.load_run(path))
                     print(f"{path}: {count} entries in {shown} as run {rid}")
                 else:
-                    rid, count, new = store.push(load_run(path), Path(path).name)
+                    rid, count, new = store.push(storage.load_run(path), Path(path).name)
                     print(f"{path}: {count} entries in {shown} as run {rid}" + ("" if new else " (stored before: kept once)"))
             return 0
         if ns.action == "keys":

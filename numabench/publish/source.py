@@ -8,13 +8,9 @@ import subprocess
 from pathlib import Path
 
 from numabench.errors import UsageError
-from numabench.results.seed_csv import load_run
+from numabench.results import storage
 
 Run = tuple[str, dict]
-
-
-def _run_files(root: Path) -> list[Path]:
-    return sorted(root.glob("**/[0-9][0-9][0-9][0-9]_*.json"))
 
 
 def runs_from_paths(paths: list[str | Path]) -> list[Run]:
@@ -22,12 +18,12 @@ def runs_from_paths(paths: list[str | Path]) -> list[Run]:
     out: list[Run] = []
     for p in map(Path, paths):
         if p.is_dir():
-            files = _run_files(p)
+            files = storage.run_files(p)
             if not files:
                 raise UsageError(f"publish: no saved runs (NNNN_name.json) under {p}")
-            out += [(f.name, load_run(f)) for f in files]
+            out += [(f.name, storage.load_run(f)) for f in files]
         elif p.exists():
-            out.append((p.name, load_run(p)))
+            out.append((p.name, storage.load_run(p)))
         else:
             raise UsageError(f"publish: {p} does not exist: allowed a run file or a folder of saved runs")
     return out
@@ -58,12 +54,11 @@ def runs_from_git(folder: str | Path) -> list[Run]:
                 continue
             seen.add(blob)
             try:
-                data = json.loads(_git(top, "cat-file", "-p", blob, what=path))
-            except ValueError:
+                data = storage.run_from_text(_git(top, "cat-file", "-p", blob, what=path), f"{path}@{line[:8]}")
+            except UsageError:
                 continue  # a committed file that is not a run: the site shows what can be read
-            if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
-                data.setdefault("commit_info", {}).setdefault("id", line)
-                out.append((f"{name}@{line[:8]}", data))
+            data.setdefault("commit_info", {}).setdefault("id", line)
+            out.append((f"{name}@{line[:8]}", data))
     if not out:
         raise UsageError(f"publish --git: no saved run was ever committed under {rel}")
     return out

@@ -21,7 +21,6 @@ Library code does not print: :func:`run_ab` returns an :class:`ABResult`
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import random
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from numabench.errors import UsageError
+from numabench.results import storage
 from numabench.results.compare import FASTER, SAME, SLOWER, format_table
 from numabench.results.invocations import invocation_medians
 
@@ -170,7 +170,7 @@ def invoke(side: Side, pytest_args: Sequence[str], json_path: Path) -> dict[str,
     if proc.returncode not in (0, 1) or not json_path.is_file():
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
         raise UsageError(f"pytest on {side.label} exited {proc.returncode}: {tail}")
-    run = json.loads(json_path.read_text())
+    run = storage.load_run(json_path)
     out = {}
     for b in run["benchmarks"]:
         meds = invocation_medians(b)

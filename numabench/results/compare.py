@@ -37,6 +37,7 @@ from typing import Sequence
 
 from numabench.errors import UsageError
 from numabench.machine.hwkey import run_hardware_key
+from numabench.results import storage
 from numabench.results.band import (
     DEFAULT_COARSEST_PCT,
     GATED,
@@ -47,7 +48,6 @@ from numabench.results.band import (
     new_noise,
 )
 from numabench.results.invocations import invocation_medians, run_machine
-from numabench.results.seed_csv import load_run
 
 FASTER, SLOWER, SAME, NO_BASELINE, NO_DATA = "faster", "slower", "same", "no baseline", "no data"
 # --allow-foreign: the runs' hardware keys differ, so a difference is the hardware's, never a verdict
@@ -270,8 +270,8 @@ def compare_runs(baseline: str | Path | dict, new: str | Path | dict, *, thresho
     """Judge every entry of run ``new`` against the bands of run ``baseline`` (paths or loaded runs).
     ``threshold``/``coarsest`` None: those a gated ``new`` run was judged with, else the defaults,
     so the offline verdict is the session's."""
-    a = baseline if isinstance(baseline, dict) else load_run(baseline)
-    b = new if isinstance(new, dict) else load_run(new)
+    a = baseline if isinstance(baseline, dict) else storage.load_run(baseline)
+    b = new if isinstance(new, dict) else storage.load_run(new)
     recorded = recorded_rule(b) or GateRule(parse_threshold(DEFAULT_THRESHOLD))
     rule = GateRule(recorded.threshold_pct if threshold is None else parse_threshold(threshold),
                     recorded.coarsest_pct if coarsest is None else parse_threshold(coarsest),

@@ -20,12 +20,12 @@ the invocations it adds. Entries renamed since (numabench.results.ids) keep one 
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from numabench.errors import UsageError
+from numabench.results import storage
 from numabench.results.compare import DEFAULT_THRESHOLD, parse_threshold
 from numabench.results.ids import current_id
 from numabench.results.invocations import INVOCATION_SOURCES, invocation_medians
@@ -97,15 +97,15 @@ def _benchmarks(data: dict) -> dict[str, dict]:
 
 def load_runs(folder: str | Path) -> list[SavedRun]:
     root = Path(folder)
-    files = sorted(root.glob("**/[0-9][0-9][0-9][0-9]_*.json"))
+    files = storage.run_files(root)
     if not files:
         raise UsageError(f"history: no saved runs (NNNN_name.json) under {root}")
     runs = []
     for f in files:
         try:
-            data = json.loads(f.read_text())
-        except (OSError, ValueError) as e:
-            raise UsageError(f"history: {f} cannot be read as a run ({e})") from None
+            data = storage.load_run(f)
+        except UsageError as e:  # storage's error names the file and what is wrong: say which command read it
+            raise UsageError(f"history: {e}") from None
         commit = (data.get("commit_info") or {}).get("id") or "unknown"
         runs.append(SavedRun(f, str(data.get("datetime") or ""), commit[:12], _benchmarks(data),
                              _key_of(data, f, root)))
@@ -143,7 +143,10 @@ def load_runs_from_git(folder: str | Path) -> list[SavedRun]:
             if blob in seen or not (name[:4].isdigit() and name.endswith(".json")):
                 continue
             seen.add(blob)
-            data = json.loads(git("cat-file", "-p", blob))
+            try:
+                data = storage.run_from_text(git("cat-file", "-p", blob), f"{path} (commit {commit[:12]})")
+            except UsageError as e:
+                raise UsageError(f"history --git: {e}") from None
             first_commit = (data.get("commit_info") or {}).get("id") or commit
             key = _key_of(data, top / path, root)
             identity = (key, str(data.get("datetime") or when))

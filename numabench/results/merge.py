@@ -24,6 +24,7 @@ from typing import Sequence
 
 from numabench.errors import UsageError
 from numabench.machine.hwkey import run_hardware_key
+from numabench.results import storage
 from numabench.results.invocations import (
     INVOCATION_MACHINES,
     INVOCATION_SOURCES,
@@ -33,7 +34,6 @@ from numabench.results.invocations import (
     pool,
     run_machine,
 )
-from numabench.results.seed_csv import load_run
 from numabench.results.storage import publish
 
 
@@ -49,7 +49,7 @@ def merge_runs(paths: Sequence[str | Path], *, allow_foreign: bool = False, requ
     or with ``replace`` the last run's kept."""
     if not paths:
         raise UsageError("merge needs at least one run file")
-    return merge_loaded([(Path(p).name, load_run(p)) for p in paths], allow_foreign=allow_foreign,
+    return merge_loaded([(Path(p).name, storage.load_run(p)) for p in paths], allow_foreign=allow_foreign,
                         require_data=require_data, replace=replace)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from numabench.results.seed_csv import load_run
+from numabench.results import storage
 from numabench.results.tables import entries
 
 REFERENCE_MODE = "no-offload"
@@ -46,7 +46,7 @@ class ModeRow:
 
 def mode_rows(run: str | Path | dict) -> list[ModeRow]:
     """A row per train_step step entry of ``run``, with its ratio to the no-offload reference."""
-    data = run if isinstance(run, dict) else load_run(run)
+    data = run if isinstance(run, dict) else storage.load_run(run)
     extra = {b.get("name", ""): b.get("extra_info") or {} for b in data["benchmarks"]}
     rows = []
     for e in entries(data):

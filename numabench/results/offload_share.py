@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from numabench.cases import format_size
-from numabench.results.seed_csv import load_run
+from numabench.results import storage
 from numabench.results.tables import entries
 
 SIZE_TOLERANCE = 0.10  # an adam_offload size within 10% of the partition counts as the same
@@ -46,7 +46,7 @@ class ShareRow:
 
 def share_rows(run: str | Path | dict) -> list[ShareRow]:
     """A row per DeepSpeed train_step entry of ``run``, with the matching adam_offload step."""
-    data = run if isinstance(run, dict) else load_run(run)
+    data = run if isinstance(run, dict) else storage.load_run(run)
     extra = {b.get("name", ""): b.get("extra_info") or {} for b in data["benchmarks"]}
     es = entries(data)
     steps = [e for e in es if e.family == "adam_offload" and e.phase == "step"]

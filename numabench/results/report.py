@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Sequence
 
 from numabench.errors import UsageError
+from numabench.results import storage
 from numabench.results.offload_modes import mode_rows, modes_table, winner_sentences
 from numabench.results.offload_share import share_rows, share_table
-from numabench.results.seed_csv import load_run
 from numabench.results.tables import adam_offload_table, entries, grouped_tables
 
 LEGEND = ("Cells: median ± standard deviation over the rounds, in milliseconds, with the bandwidth "
@@ -56,7 +56,7 @@ def combine_runs(paths: Sequence[str | Path]) -> dict:
     replaces an earlier one of the same name). Runs of different hardware are refused."""
     from numabench.machine.hwkey import run_hardware_key
 
-    runs = [load_run(p) for p in paths]
+    runs = [storage.load_run(p) for p in paths]
     keys = {str(p): run_hardware_key(r) for p, r in zip(paths, runs)}
     if len(set(keys.values())) > 1:
         raise UsageError("report: runs of different hardware cannot form one table: "
@@ -71,7 +71,7 @@ def combine_runs(paths: Sequence[str | Path]) -> dict:
 def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | None = None, *,
                  family: str | None = None, where: dict | None = None, plots: bool = True) -> Report:
     paths = [run_path] if isinstance(run_path, (str, Path)) else list(run_path)
-    run = combine_runs(paths) if len(paths) > 1 else load_run(paths[0])
+    run = combine_runs(paths) if len(paths) > 1 else storage.load_run(paths[0])
     run_path = " + ".join(str(p) for p in paths) if len(paths) > 1 else paths[0]
     tables = grouped_tables(run, family, where)
     machine = _machine_lines(run)

@@ -12,41 +12,15 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
 from numabench.errors import UsageError
 from numabench.numa.policy import Policy
+from numabench.results import storage
 
 PLAIN = ["ngpus", "numa_nodes", "update_element", "avg_h2d_latency(ms)", "avg_compute_latency(ms)",
          "avg_d2h_latency(ms)"]
 WEIGHTED = PLAIN[:2] + ["numa_weight"] + PLAIN[2:]
-
-
-def load_run(path: str | Path) -> dict:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"run file {path} does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"run file {path} is a directory: allowed a pytest-benchmark run file "
-                         "(baselines/<key>/<platform>/NNNN_name.json or a --benchmark-json file)") from None
-    except UnicodeDecodeError as e:
-        raise UsageError(f"run file {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
-                         f"{e.start}): allowed a pytest-benchmark JSON") from None
-    except OSError as e:
-        raise UsageError(f"run file {path} cannot be read: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"run file {path} is not valid JSON ({e}): corrupt or truncated") \
-            from None
-    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
-        raise UsageError(f"run file {path} has no 'benchmarks' list: not a pytest-benchmark JSON")
-    for i, b in enumerate(data["benchmarks"]):
-        if not isinstance(b, dict) or not isinstance(b.get("extra_info", {}), dict):
-            what = b if not isinstance(b, dict) else {"extra_info": b["extra_info"]}
-            raise UsageError(f"run file {path}: benchmarks[{i}] is {json.dumps(what)[:60]}: allowed a JSON object "
-                             "(with an extra_info object): not a pytest-benchmark JSON")
-    return data
 
 
 def run_json_to_csv(path: str | Path, *, weighted: bool | None = None, dtype: str = "fp32", impl: str = "ours",
@@ -59,7 +33,7 @@ def run_json_to_csv(path: str | Path, *, weighted: bool | None = None, dtype: st
                                  ("schedule", schedule, axes["schedule"])):
         if value not in allowed:
             raise UsageError(f"{name} {value!r}: allowed {', '.join(allowed)} (the CSV holds adam_offload's entries)")
-    data = load_run(path)
+    data = storage.load_run(path)
     rows: dict[tuple, dict[str, float]] = {}
     for b in data["benchmarks"]:
         x = b.get("extra_info", {})

@@ -1,4 +1,12 @@
-"""Baseline storage that two suites started at once cannot corrupt, and strict loading.
+"""Run files: the one place that finds and reads them, and baseline storage that two suites
+started at once cannot corrupt.
+
+``load_run`` reads one run file (a pytest-benchmark JSON: saved, --benchmark-json, merged or
+imported from the seed's CSV) and checks it, so every command refuses a broken one with the
+same one-line error naming the file; ``run_files`` lists a folder's saved runs
+(NNNN_name.json) in order and ``newest_run`` finds a storage's last good one. compare,
+report, advise, history, fleet push, merge, the window, publish and the plan's progress
+estimate all read through these.
 
 pytest-benchmark's FileStorage picks the next run number by listing the
 directory and then writes the file in place: two sessions saving at once can
@@ -92,27 +100,90 @@ class LockedFileStorage(FileStorage):
         return output_file
 
 
-def check_run_file(path: Path, what: str) -> None:
+# A saved run's file name: pytest-benchmark's NNNN_name.json (--benchmark-save), numbered per
+# platform folder. --benchmark-json files and merged baselines may have any name: load_run takes them.
+RUN_FILE_GLOB = "[0-9][0-9][0-9][0-9]_*.json"
+ALLOWED_RUN = ("a pytest-benchmark run file (baselines/<key>/<platform>/NNNN_name.json or a "
+               "--benchmark-json file)")
+
+
+def load_run(path: str | Path, *, baseline_for: str | None = None) -> dict[str, Any]:
+    """The run saved in ``path`` (a pytest-benchmark JSON: --benchmark-save, --benchmark-json, a
+    merged or imported run), checked: a UsageError names the file, what is wrong and what is
+    allowed. ``baseline_for``: the option or command that loads it as a baseline (e.g.
+    "--benchmark-compare"); the error then names it, and each entry must have the 'fullname' and
+    'stats' a compare reads."""
+    where = _where(path, baseline_for)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf8"))
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{where} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"{where} is a directory: allowed {ALLOWED_RUN}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{where} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                         f"{e.start}): allowed a pytest-benchmark JSON") from None
+    except OSError as e:
+        raise UsageError(f"{where} cannot be read: {e.strerror}") from None
+    return run_from_text(text, path, baseline_for=baseline_for)
+
+
+def _where(name: str | Path, baseline_for: str | None) -> str:
+    return f"{baseline_for}: baseline {name}" if baseline_for else f"run file {name}"
+
+
+def run_from_text(text: str, name: str | Path, *, baseline_for: str | None = None) -> dict[str, Any]:
+    """A run file's content (read from disk by ``load_run``, or from git) checked as ``load_run``
+    checks it; ``name`` is what its errors call it (a path, or a path at a commit)."""
+    where = _where(name, baseline_for)
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise UsageError(f"{what}: baseline {path} is not valid JSON ({e.msg}: line {e.lineno} column "
-                         f"{e.colno}): corrupt or truncated; allowed a complete pytest-benchmark run file "
-                         "(re-save it or delete it)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{what}: baseline {path} cannot be read ({e})") from None
+        raise UsageError(f"{where} is not valid JSON ({e.msg}: line {e.lineno} column {e.colno}): corrupt or "
+                         "truncated; allowed a complete pytest-benchmark run file (re-save it or delete it)") from None
     benches = data.get("benchmarks") if isinstance(data, dict) else None
-    if not isinstance(benches, list) or not all(isinstance(b, dict) and isinstance(b.get("stats"), dict)
-                                                and "fullname" in b for b in benches):
-        raise UsageError(f"{what}: baseline {path} is not a pytest-benchmark run (no 'benchmarks' list with "
-                         "'fullname' and 'stats' in each entry)")
+    if baseline_for:
+        if not isinstance(benches, list) or not all(isinstance(b, dict) and isinstance(b.get("stats"), dict)
+                                                    and "fullname" in b for b in benches):
+            raise UsageError(f"{where} is not a pytest-benchmark run (no 'benchmarks' list with "
+                             "'fullname' and 'stats' in each entry)")
+    elif not isinstance(benches, list):
+        raise UsageError(f"{where} has no 'benchmarks' list: not a pytest-benchmark JSON")
+    for i, b in enumerate(benches):
+        if not isinstance(b, dict) or not isinstance(b.get("extra_info", {}), dict):
+            what = b if not isinstance(b, dict) else {"extra_info": b["extra_info"]}
+            raise UsageError(f"{where}: benchmarks[{i}] is {json.dumps(what)[:60]}: allowed a JSON object "
+                             "(with an extra_info object): not a pytest-benchmark JSON")
+    return data
+
+
+def run_files(root: str | Path, *, platform_folders: bool = False) -> list[Path]:
+    """The saved runs (NNNN_name.json) under ``root`` at any depth, in path order (per folder:
+    run number order); ``platform_folders``: only those one folder down, where a storage
+    (baselines/<key>/) keeps them (<platform>/NNNN_name.json). A missing ``root`` has none."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(root.glob(("*/" if platform_folders else "**/") + RUN_FILE_GLOB))
+
+
+def newest_run(root: str | Path) -> tuple[dict[str, Any], Path] | None:
+    """The newest saved run of the storage ``root`` (highest run number over its platform folders)
+    that can be read, and its file; None when there is none. A broken newer run is passed over:
+    the caller only wants an estimate from the last good one."""
+    for path in sorted(run_files(root, platform_folders=True), key=lambda p: (p.name, str(p)), reverse=True):
+        try:
+            return load_run(path), path
+        except UsageError:
+            continue
+    return None
 
 
 def keys_with_baselines(root: Path) -> list[str]:
     """Hardware keys under ``root`` (baselines/) that hold at least one saved run."""
     if not root.is_dir():
         return []
-    return sorted(d.name for d in root.iterdir() if d.is_dir() and any(d.glob("*/[0-9][0-9][0-9][0-9]_*.json")))
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and run_files(d, platform_folders=True))
 
 
 SAVE_HINT = "save one here with --benchmark-save=NAME --benchmark-save-data --numa-repeats=3"
@@ -141,5 +212,5 @@ def check_baselines(storage_path: str | Path, compare: Any, hardware_key: str | 
                              f"{', '.join(keys) or 'none'} ({hint})")
         raise UsageError(f"{what}: no baseline run{matching} in {path}")
     for f in files:
-        check_run_file(f, what)
+        load_run(f, baseline_for=what)  # raises on a broken one: pytest-benchmark would only warn
     return files

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from numabench.cases import format_size
 from numabench.errors import UsageError
+from numabench.results import storage
 from numabench.results.invocations import invocation_medians
-from numabench.results.seed_csv import load_run
 
 BASE_AXES = ("nprocess", "numel", "dtype", "policy")
 # a family's extra axes where its module cannot say (e.g. an imported seed CSV's family)
@@ -106,7 +106,7 @@ def extra_axes_of(es: list["Entry"]) -> tuple[str, ...]:
 
 
 def _as_run(run: str | Path | dict) -> dict:
-    return run if isinstance(run, dict) else load_run(run)
+    return run if isinstance(run, dict) else storage.load_run(run)
 
 
 def parse_where(items: list[str] | None) -> dict[str, str]:

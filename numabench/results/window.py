@@ -26,9 +26,9 @@ from typing import Any
 
 from numabench.errors import UsageError
 from numabench.machine.hwkey import run_hardware_key
+from numabench.results import storage
 from numabench.results.fleet_run import regressions_of
 from numabench.results.merge import merge_loaded
-from numabench.results.seed_csv import load_run
 from numabench.results.storage import exclusive_lock, publish
 
 BASELINE = "baseline.json"
@@ -81,7 +81,7 @@ def learn(folder: str | Path, run_path: str | Path, *, keep: int = DEFAULT_KEEP,
         raise UsageError(f"--keep {keep}: allowed an integer >= 1")
     folder = Path(folder)
     run_path = Path(run_path)
-    run = load_run(run_path)
+    run = storage.load_run(run_path)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--window {folder} is a file: allowed a folder (new or existing) for the window's runs")
     try:
@@ -90,16 +90,16 @@ def learn(folder: str | Path, run_path: str | Path, *, keep: int = DEFAULT_KEEP,
         raise UsageError(f"--window {folder}: cannot create it ({e.strerror})") from None
     with exclusive_lock(folder):  # two jobs of one runner learning at once: one after the other
         current = members(folder)
-        key = run_hardware_key(load_run(current[0])) if current else None
+        key = run_hardware_key(storage.load_run(current[0])) if current else None
         if not current and seed is not None:
             seed = _seed_file(Path(seed), run)
-            seed_run = load_run(seed)
+            seed_run = storage.load_run(seed)
             _check_member(seed_run, f"seed {seed}", None)
             key = run_hardware_key(seed_run)
             _add(folder, 1, _label(Path(seed)), seed_run)
         _check_member(run, str(run_path), key if key is not None else run_hardware_key(run))
         current = members(folder)
-        if any(json.loads(p.read_text()).get("datetime") == run.get("datetime") and
+        if any(storage.load_run(p).get("datetime") == run.get("datetime") and
                _label(run_path) in p.name for p in current):
             added = None  # learnt before
         else:
@@ -110,7 +110,7 @@ def learn(folder: str | Path, run_path: str | Path, *, keep: int = DEFAULT_KEEP,
         for p in dropped:
             p.unlink()
         kept = members(folder)
-        merged = merge_loaded([(p.name, load_run(p)) for p in kept]).run
+        merged = merge_loaded([(p.name, storage.load_run(p)) for p in kept]).run
         merged["numabench_window"] = {"keep": keep, "members": [p.name for p in kept],
                                       "learnt": added.name if added else None}
         _replace(folder / BASELINE, merged)
@@ -121,10 +121,8 @@ def _seed_file(seed: Path, run: dict[str, Any]) -> Path:
     """``seed`` itself, or where it is a baselines folder the newest run of ``run``'s hardware key in it."""
     if not seed.is_dir():
         return seed
-    from numabench.results.storage import check_baselines
-
     key = run_hardware_key(run)
-    return check_baselines(seed / str(key), True, key, what="--seed",
+    return storage.check_baselines(seed / str(key), True, key, what="--seed",
                            hint="name a run file, or a baselines folder that holds runs of the run's key")[0]
 
 
@@ -168,14 +166,14 @@ def learn_fleet(url: str, run_path: str | Path, *, keep: int = DEFAULT_KEEP,
     if keep < 1:
         raise UsageError(f"--keep {keep}: allowed an integer >= 1")
     run_path = Path(run_path)
-    run = load_run(run_path)
+    run = storage.load_run(run_path)
     key = run_hardware_key(run)
     _check_member(run, str(run_path), key)
     with FleetDB(url) as db:
         seeded = None
         if seed is not None and not db.runs(key, 1, passed_only=True):
             seed_path = _seed_file(Path(seed), run)
-            seed_run = load_run(seed_path)
+            seed_run = storage.load_run(seed_path)
             _check_member(seed_run, f"seed {seed_path}", key)
             seeded = db.push(_without_gate(seed_run), Path(seed_path).name)[0]
         rid, _count, new = db.push(_without_gate(run), run_path.name)
