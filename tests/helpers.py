@@ -142,3 +142,10 @@ def publish_seed_site(tmp_path: Path) -> Path:
     out = tmp_path / "site"
     assert main(["publish", *import_seed_runs(tmp_path), "--out", str(out)]) == 0
     return out
+
+
+def git_in(repo: Path, *args: str) -> None:
+    """Run git in ``repo`` as a fixed test identity, with no user or system configuration."""
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"})

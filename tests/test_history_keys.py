@@ -4,10 +4,10 @@ a change at the newest run is unconfirmed."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import git_in
 
 from numabench.cli import main
 from numabench.errors import UsageError
@@ -101,9 +101,7 @@ def test_git_history_reads_each_run_once_and_follows_renames(tmp_path, capsys):
     root = repo / "baselines"
 
     def git(*args):
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
-                       env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                            "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"})
+        git_in(repo, *args)
 
     repo.mkdir()
     git("init", "-q")

@@ -9,6 +9,7 @@ import types
 from pathlib import Path
 
 import pytest
+from helpers import git_in
 
 from fixtures import progress
 from numabench.cli import main
@@ -213,9 +214,7 @@ def test_git_history_and_publish_parse_committed_runs_through_storage(tmp_path, 
     root = repo / "baselines" / "K"
 
     def git(*args):
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
-                       env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                            "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"})
+        git_in(repo, *args)
 
     repo.mkdir()
     git("init", "-q")
