@@ -66,6 +66,7 @@ FAMILY = Family(
     # its own worker run, and the worker reads it from the variants it is given.
     extra_axes={"impl": ("ours", "torch"), "schedule": ("serial", "overlap"), "alloc": ("register", "torch")},
     worker_axes=("impl", "schedule"),
+    knobs=("chunk_numel",),  # the overlap schedule's chunk (auto: worker.auto_chunk)
     # torch's pinned allocator is measured with --numa-axis alloc=register,torch (doubles the matrix)
     default_axis_values={"alloc": ("register",)},
     # torch's caching host allocator rounds each buffer up to a power of two (up to 2x)

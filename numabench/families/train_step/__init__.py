@@ -217,6 +217,7 @@ FAMILY = GpuOrCpuFamily(
     default_axis_values={"model": ("tiny", "small")},  # 1b on request (--numa-axis model=1b)
     cpu_bind=lambda case: case.param("cpu_bind", "node"),
     worker_axes=(),
+    knobs=("rank_threads",),  # auto: worker.rank_threads (the rank's CPUs over the ranks sharing them)
     # per sequence of the global batch: its int64 tokens in the batch pool (x4) and, on CPU ranks,
     # activations of the tiny model (~2 MiB); a bound for the fits-in-memory check
     host_bytes_per_element=lambda case: (model_config(case.param("model", "tiny")).seq_len + 1) * 8 * POOL + 2**21,
