@@ -1,10 +1,11 @@
 """Knobs (numabench.cases.KNOBS): settings that change a result are axes of the case, not
 environment variables. At ``auto`` a knob leaves the case (id, entry) as it was before the
 knob existed; any other value shows in the case id, the entry and reaches the worker. The
-variables they replace are refused, naming the axis."""
+variables they replace are refused, naming the axis. README lists every remaining variable."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from functools import cache
@@ -196,3 +197,40 @@ def test_pytest_selects_a_knob_by_numa_axis_and_refuses_the_old_variable():
                          env={**env, "NUMABENCH_IMAGE_SIDE": "64"})
     assert old.returncode == 4
     assert "NUMABENCH_IMAGE_SIDE is no longer read: the setting is the axis image_px" in old.stdout + old.stderr
+
+
+# -- README lists every environment variable the code reads --------------------------------
+
+CODE = [ROOT / "numabench", ROOT / "fixtures", ROOT / "benchmarks", ROOT / "conftest.py", ROOT / "csrc"]
+NAME = re.compile(r"NUMABENCH_[A-Z0-9_]*[A-Z0-9]")
+
+
+def code_names() -> set[str]:
+    names = set()
+    for top in CODE:
+        files = [top] if top.is_file() else [p for p in top.rglob("*") if p.suffix in (".py", ".cpp", ".cu", ".h")]
+        for f in files:
+            names.update(NAME.findall(f.read_text(errors="replace")))
+    return names
+
+
+def readme_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"^## Environment variables\n(.*?)(?=^## |\Z)", text, re.DOTALL | re.MULTILINE)
+    assert m, "README.md has no '## Environment variables' section"
+    return m.group(1)
+
+
+def test_readme_lists_every_environment_variable_the_code_names():
+    section = readme_section()
+    listed = set(re.findall(r"`(NUMABENCH_[A-Z0-9_]+)", section))
+    missing = sorted(code_names() - listed)
+    assert not missing, f"README.md's 'Environment variables' section lacks {missing}"
+    assert code_names() >= {"NUMABENCH_FAULT", "NUMABENCH_BUILD_DIR"}  # the scan finds what is there
+
+
+def test_readme_names_the_retired_variables_with_their_axes():
+    section = readme_section()
+    for _, knob, _, env in CONVERTED:
+        line = next(line for line in section.splitlines() if f"`{env}`" in line)
+        assert f"--numa-axis {knob}=" in line
