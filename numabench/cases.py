@@ -7,8 +7,8 @@ this module crosses the axes into cases and names them.
 from __future__ import annotations
 
 import math
-
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +75,86 @@ def parse_ints(text: str, what: str) -> list[int]:
     return out
 
 
+KNOB_DEFAULT = "auto"  # a knob's value where it is not set: the family's own choice
+
+
+@dataclass(frozen=True)
+class Knob:
+    """An open-valued axis: a setting that changes a family's result (a chunk size, a thread
+    count, ...), selected by ``--numa-axis NAME=V1,V2`` like the closed axes. At its default
+    (``auto``: the family's own choice) it is left out of the case (its id and its entry stay
+    as they were before the knob existed); any other value joins the case's ``extra`` and shows
+    in its id as ``NAME=VALUE`` and in the entry's extra_info as ``NAME``."""
+
+    name: str
+    help: str  # what it sets, and its unit
+    parse: Callable[[str], str]  # the value as given -> its canonical text (raises UsageError)
+    retired_env: str | None = None  # the environment variable it replaces (an error where set)
+
+
+def _whole(low: int, unit: str):
+    def parse(text: str) -> str:
+        t = text.strip()
+        mult = {"k": 2**10, "m": 2**20, "g": 2**30}.get(t[-1:].lower(), 1) if unit == "bytes" else 1
+        num = t[:-1] if mult != 1 else t
+        if not num.isdigit() or int(num) * mult < low:
+            suffix = " (K/M/G: binary multiples)" if unit == "bytes" else ""
+            raise UsageError(f"{text!r}: allowed auto or a whole number of {unit} >= {low}{suffix}")
+        return str(int(num) * mult)
+    return parse
+
+
+def _choice(*allowed: str):
+    def parse(text: str) -> str:
+        if text.strip() not in allowed:
+            raise UsageError(f"{text!r}: allowed auto, {', '.join(allowed)}")
+        return text.strip()
+    return parse
+
+
+# Every knob of every family (the one table; a family names its own in ``Family.knobs``).
+# Names differ from every metric key of an entry's extra_info (e.g. ``chunk_elems`` there is
+# the chunk used, whatever chose it), so an entry's axes read back unambiguously.
+KNOBS: dict[str, Knob] = {k.name: k for k in (
+    Knob("chunk_numel", "adam_offload: elements per pipeline chunk of the overlap schedule (auto: about "
+         "8 MiB per tensor, at least 8 chunks)", _whole(1, "elements"), "NUMABENCH_CHUNK_ELEMS"),
+    Knob("loader_workers", "dataloader: DataLoader workers per rank (auto: 2 on the CPU, min(8, CPUs / "
+         "nprocess) with a GPU)", _whole(1, "workers"), "NUMABENCH_LOADER_WORKERS"),
+    Knob("loader_batches", "dataloader: batches per timed round (auto: 4 on the CPU, 8 with a GPU)",
+         _whole(1, "batches"), "NUMABENCH_LOADER_BATCHES"),
+    Knob("image_px", "dataloader: image side in pixels (auto: 224)", _whole(1, "pixels"), "NUMABENCH_IMAGE_SIDE"),
+    Knob("rank_threads", "train_step: torch intra-op threads per rank, 0: torch's default (auto: the rank's "
+         "CPUs divided by the ranks sharing them)", _whole(0, "threads"), "NUMABENCH_RANK_THREADS"),
+    Knob("simd_level", "cpu_adam: SIMD level of our kernel (auto: the best this CPU has)",
+         _choice("scalar", "avx2", "avx512"), "NUMABENCH_CPU_ADAM_SIMD"),
+    Knob("chunk_nbytes", "broadcast: bytes per chunk of the pipelined and relay methods (auto: 16 MiB, at "
+         "least 8 chunks, never under 1 MiB)", _whole(1, "bytes"), "NUMABENCH_BCAST_CHUNK_BYTES"),
+)}
+
+
+def parse_knob(name: str, text: str) -> str:
+    """``text`` as knob ``name``'s canonical value (``auto`` for its default)."""
+    if text.strip() == KNOB_DEFAULT:
+        return KNOB_DEFAULT
+    try:
+        return KNOBS[name].parse(text)
+    except UsageError as e:
+        raise UsageError(f"--numa-axis {name}: {e}") from None
+
+
+def retired_env_error(env: Any = None) -> str | None:
+    """Why the environment cannot run a benchmark: a variable that once set a knob (it no longer
+    does: the knob is an axis, so that it shows in the case's id and entry), or None."""
+    import os
+
+    env = os.environ if env is None else env
+    for k in KNOBS.values():
+        if k.retired_env and env.get(k.retired_env, "").strip() not in ("", KNOB_DEFAULT):
+            return (f"{k.retired_env} is no longer read: the setting is the axis {k.name} "
+                    f"(--numa-axis {k.name}=VALUE, shown in the case id); unset {k.retired_env}")
+    return None
+
+
 @dataclass(frozen=True)
 class Case:
     family: str
@@ -95,7 +175,7 @@ class Case:
     @property
     def id(self) -> str:
         parts = [f"np{self.nprocess}", format_size(self.numel), self.policy.id, self.dtype]
-        parts += [v for _, v in self.extra]
+        parts += [f"{k}={v}" if k in KNOBS else v for k, v in self.extra]
         return "-".join(parts)
 
     def param(self, name: str, default: str | None = None) -> str | None:

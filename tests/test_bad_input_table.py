@@ -127,6 +127,7 @@ PYTEST = [
     ("axis-no-equals", "--numa-axis=impl", "'impl'"),
     ("axis-unknown", "--numa-axis=nosuch=1", "'nosuch'"),
     ("axis-value", "--numa-axis=impl=bogus", "bogus"),
+    ("axis-knob-value", "--numa-axis=chunk_numel=abc", "--numa-axis chunk_numel: 'abc'"),
     ("tier", "--numa-tier=huge", "--numa-tier=huge"),
     ("launcher", "--numa-launcher=x", "--numa-launcher=x"),
     ("gate-threshold", "--numa-gate-threshold=abc", "'abc'"),

@@ -236,7 +236,7 @@ def test_worker_constructors_reject_unknown_values():
         broadcast.Worker({"rank": 0, "gpu": None, "numel": 8, "dtype": "fp32", "variants": [{"method": "x"}]})
 
 
-def test_broadcast_checksums_and_chunks(monkeypatch):
+def test_broadcast_checksums_and_chunks():
     torch = pytest.importorskip("torch")
     from numabench.families.broadcast.worker import block_checksums, chunk_bytes
 
@@ -251,8 +251,7 @@ def test_broadcast_checksums_and_chunks(monkeypatch):
     assert block_checksums(a.to(torch.bfloat16)).dtype == torch.int64
     assert chunk_bytes(2**30) == 16 * 2**20 and chunk_bytes(64 * 2**20) == 8 * 2**20
     assert chunk_bytes(2**20) == 2**20
-    monkeypatch.setenv("NUMABENCH_BCAST_CHUNK_BYTES", "65536")
-    assert chunk_bytes(2**30) == 65536
+    assert chunk_bytes(2**30, "65536") == 65536 and chunk_bytes(2**30, None) == 16 * 2**20
 
 
 def test_pinned_alloc_helpers():

@@ -113,11 +113,10 @@ def test_cpu_only_skips_gpu_sized_batch():
 
 
 @pytest.mark.parametrize("binding", ["bound", "unbound"])
-def test_cpu_case_through_the_runner(binding, monkeypatch):
+def test_cpu_case_through_the_runner(binding):
     if TOPO.gpus:
         pytest.skip("this machine has GPUs: the GPU test covers the runner path")
-    monkeypatch.setenv("NUMABENCH_IMAGE_SIDE", "64")
-    case = Case("dataloader", 1, 16, Policy.parse(f"bind:{NODE}"), "fp32", (("binding", binding),))
+    case = Case("dataloader", 1, 16, Policy.parse(f"bind:{NODE}"), "fp32", (("binding", binding), ("image_px", "64")))
     res = run_case(case, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=120)
     info = res.setup_info[0]
     assert info["binding"] == binding and info["num_workers"] == 2 and info["pin_memory"] is False

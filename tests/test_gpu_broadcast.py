@@ -13,19 +13,20 @@ pytestmark = [pytest.mark.gpu,
 METHODS = ("pageable", "pinned", "pipelined", "relay")
 
 
-def make_worker(numel: int):
+def make_worker(numel: int, chunk_nbytes: str | None = None):
     from numabench.families.broadcast.worker import Worker
 
-    w = Worker({"rank": 0, "gpu": None, "numel": numel, "dtype": "fp32", "variants": [{"method": m} for m in METHODS]})
+    knob = {"chunk_nbytes": chunk_nbytes} if chunk_nbytes else {}
+    w = Worker({"rank": 0, "gpu": None, "numel": numel, "dtype": "fp32",
+                "variants": [{"method": m, **knob} for m in METHODS]})
     return w, w.setup()
 
 
-def test_every_method_lands_the_source_on_every_gpu(monkeypatch):
+def test_every_method_lands_the_source_on_every_gpu():
     from numabench.families.broadcast.worker import block_checksums
 
-    monkeypatch.setenv("NUMABENCH_BCAST_CHUNK_BYTES", str(1 << 20))  # many chunks and a ragged tail
     numel = 5 * (1 << 20) + 12345
-    w, info = make_worker(numel)
+    w, info = make_worker(numel, chunk_nbytes=str(1 << 20))  # many chunks and a ragged tail
     try:
         assert info["ngpus"] == torch.cuda.device_count() and info["chunk_bytes"] == 1 << 20
         assert info["placement"]["untouched_bytes"] == 0

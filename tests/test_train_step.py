@@ -115,21 +115,22 @@ def test_two_ranks_over_gloo(mode):
     assert m["threads_per_rank"] == [a["threads"], b["threads"]]
 
 
-@pytest.mark.parametrize("spec, env, want", [
+@pytest.mark.parametrize("spec, knob, want", [
     ({"cpus": list(range(32)), "cpu_share": 2, "nprocess": 2}, {}, 16),
     ({"cpus": list(range(32)), "cpu_share": 1, "nprocess": 2}, {}, 32),  # one rank per socket
     ({"cpus": [0, 1], "cpu_share": 4, "nprocess": 4}, {}, 1),
     ({"cpus": None, "nprocess": 2}, {}, None),
-    ({"cpus": list(range(32)), "cpu_share": 2}, {"NUMABENCH_RANK_THREADS": "5"}, 5),
-    ({"cpus": list(range(32)), "cpu_share": 2}, {"NUMABENCH_RANK_THREADS": "0"}, None),
+    ({"cpus": list(range(32)), "cpu_share": 2}, {"rank_threads": "5"}, 5),
+    ({"cpus": list(range(32)), "cpu_share": 2}, {"rank_threads": "0"}, None),
 ])
-def test_rank_threads_split_a_nodes_cpus_among_its_ranks(spec, env, want):
-    assert rank_threads(WorkerSpec.from_dict({"numel": 2, **spec}), env) == want
+def test_rank_threads_split_a_nodes_cpus_among_its_ranks(spec, knob, want):
+    variants = [{"mode": "ddp", **knob}]
+    assert rank_threads(WorkerSpec.from_dict({"numel": 2, "variants": variants, **spec})) == want
 
 
 def test_rank_threads_rejects_a_bad_override():
-    with pytest.raises(ValueError, match="NUMABENCH_RANK_THREADS='four': allowed a whole number"):
-        rank_threads(WorkerSpec(numel=2, cpus=(0,)), {"NUMABENCH_RANK_THREADS": "four"})
+    with pytest.raises(ValueError, match="rank_threads='four': allowed a whole number"):
+        rank_threads(WorkerSpec(numel=2, cpus=(0,), variants=({"rank_threads": "four"},)))
 
 
 def test_cpu_only_skips_say_why():

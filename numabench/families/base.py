@@ -32,7 +32,15 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
-from numabench.cases import DTYPES, Case, Rank, format_size
+from numabench.cases import (
+    DTYPES,
+    KNOB_DEFAULT,
+    KNOBS,
+    Case,
+    Rank,
+    format_size,
+    parse_knob,
+)
 from numabench.errors import UsageError
 
 if TYPE_CHECKING:
@@ -73,6 +81,14 @@ class WorkerSpec:
     def axis_values(self, axis: str, default: str) -> list[str]:
         """Each variant's value of ``axis`` (``default`` where a variant leaves it out)."""
         return [v.get(axis, default) for v in self.variants or ({},)]
+
+    def knob(self, name: str) -> str | None:
+        """Knob ``name``'s value for this worker run (numabench.cases.KNOBS; the case's, in every
+        variant alike), or None at its default (the family's own choice)."""
+        values = {v.get(name) for v in self.variants or ({},)}
+        if len(values) > 1:
+            raise ValueError(f"one worker run got variants with different {name} values {sorted(map(str, values))}")
+        return values.pop()
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -182,6 +198,9 @@ class Family:
     default_axis_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # extra axes one worker run covers (same placed memory, timed one after another)
     worker_axes: tuple[str, ...] = ()
+    # its open-valued axes (numabench.cases.KNOBS): each ``auto`` unless --numa-axis names values;
+    # a value other than auto joins the case (after the closed axes), its id and its entry
+    knobs: tuple[str, ...] = ()
     # bytes of host memory per element per rank (for the fits-in-memory check)
     host_bytes_per_element: Callable[["Case"], float] = lambda case: case.itemsize
     device_bytes_per_element: Callable[["Case"], float] = lambda case: 0
@@ -222,6 +241,16 @@ class Family:
                 raise UsageError(f"--numa-axis {axis}: unknown value(s) {', '.join(bad)} for {self.key}; "
                                  f"allowed {', '.join(self.extra_axes[axis])}")
             out[axis] = tuple(vals)
+        return out
+
+    def knob_values(self, overrides: dict[str, list[str]] | None = None) -> dict[str, tuple[str, ...]]:
+        """Each of the family's knobs' values for a run, canonical: ``auto`` unless --numa-axis names others."""
+        out = {}
+        for name in self.knobs:
+            if name not in KNOBS:
+                raise ValueError(f"family {self.key}: unknown knob {name!r} (numabench.cases.KNOBS)")
+            vals = (overrides or {}).get(name) or [KNOB_DEFAULT]
+            out[name] = tuple(dict.fromkeys(parse_knob(name, v) for v in vals))
         return out
 
     def kernels_for(self, variant: Mapping[str, str] | tuple[tuple[str, str], ...]) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from numabench.cases import Case, default_policies
+from numabench.cases import KNOB_DEFAULT, Case, default_policies
 from numabench.families.base import Family
 from numabench.numa.policy import Policy
 
@@ -26,6 +26,8 @@ def case_matrix(family: Family, topology: Topology, caps: Capabilities, *,
     extras: list[tuple[tuple[str, str], ...]] = [()]
     for axis, values in family.axis_values(axis_overrides).items():
         extras = [e + ((axis, v),) for e in extras for v in values]
+    for knob, values in family.knob_values(axis_overrides).items():  # auto: left out (ids as before knobs)
+        extras = [e + (((knob, v),) if v != KNOB_DEFAULT else ()) for e in extras for v in values]
     out = []
     for n in nprocess or default_np:
         for size in sizes or family.default_sizes:

@@ -5,8 +5,11 @@ pass over memory and can write the updated param, converted to bf16/fp16, into
 ``param_copy_out`` in the same pass (ZeRO-Offload ships that to the GPU).
 
 The SIMD level is chosen at run time (AVX-512, AVX2 or scalar);
-``NUMABENCH_CPU_ADAM_SIMD=scalar|avx2|avx512|auto`` forces one, and a level the
-CPU lacks raises ``RuntimeError``.  ``simd_level()`` says what the dispatch picks.
+``force_simd(level)`` forces one for this process (the kernel reads
+``NUMABENCH_CPU_ADAM_SIMD=scalar|avx2|avx512|auto`` at each call; the cpu_adam
+family sets it from its ``simd_level`` knob, and a benchmark run refuses it
+inherited), and a level the CPU lacks raises ``RuntimeError``.  ``simd_level()``
+says what the dispatch picks.
 """
 from __future__ import annotations
 
@@ -66,6 +69,17 @@ def load() -> ModuleType:
     if _ext is None:
         _ext = load_extension(**BUILD)
     return _ext
+
+
+SIMD_ENV = "NUMABENCH_CPU_ADAM_SIMD"  # read by csrc/cpu_adam.cpp at every call
+
+
+def force_simd(level: str | None) -> None:
+    """Run this process's kernel calls at ``level`` (scalar, avx2, avx512; None or auto: the best)."""
+    if level and level != "auto":
+        os.environ[SIMD_ENV] = level
+    else:
+        os.environ.pop(SIMD_ENV, None)
 
 
 def simd_level() -> str:

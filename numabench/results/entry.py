@@ -4,7 +4,8 @@ the seed CSV importer both write entries through here, and the tables, plots and
 gate read these keys.
 
 extra_info of every entry: ``family, phase, nprocess, numel, numel_per_rank, dtype,
-policy``, one key per further axis (impl, schedule, ...), ``hardware_key``; of a measured
+policy``, one key per further axis (impl, schedule, ...) and per knob set to other than
+``auto`` (numabench.cases.KNOBS: chunk_numel, ...), ``hardware_key``; of a measured
 entry also ``launcher, placement, per_rank_median_s, rounds, run_fixed_s, run_fixed_parts_s,
 run_step_wall_s, invocation_medians_s, invocation_machines`` and
 (with an injected slowdown) ``injected_slowdown``; then the family's metrics (bytes,
@@ -54,7 +55,7 @@ def case_of_entry(extra: dict[str, Any], family: "Family") -> "Case | None":
     from numabench.numa.policy import Policy
 
     try:
-        axes = tuple((a, str(extra[a])) for a in family.extra_axes if a in extra)
+        axes = tuple((a, str(extra[a])) for a in (*family.extra_axes, *family.knobs) if a in extra)
         return Case(family.key, int(extra["nprocess"]), int(extra["numel"]), Policy.parse(str(extra["policy"])),
                     str(extra["dtype"]), axes)
     except (KeyError, ValueError, TypeError, NumabenchError):

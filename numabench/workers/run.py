@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from numabench import faults as faultlib
-from numabench.cases import Case, CaseResult, Rank, RankPlacement
-from numabench.errors import PlacementError
+from numabench.cases import Case, CaseResult, Rank, RankPlacement, retired_env_error
+from numabench.errors import PlacementError, UsageError
 from numabench.families.base import Family, WorkerSpec
 from numabench.machine.capabilities import Capabilities
 from numabench.machine.topology import Topology
@@ -65,6 +65,9 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     if rank_nodes is not None:
         ranks = [Rank(r.index, r.gpu, n, n) for r, n in zip(ranks, rank_nodes)]
     slowdown = slowdown_factor()  # the workers pad their phases; checked here before any starts
+    retired = retired_env_error()  # a knob's old variable: the workers no longer read it
+    if retired:
+        raise UsageError(retired)
     kernels = tuple(dict.fromkeys(k for v in variants for k in family.kernels_for(v)))
     if kernels:  # built here, once, so that workers only load them (and never race to build)
         from numabench.kernels.prebuild import ensure_built

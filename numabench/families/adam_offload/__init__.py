@@ -58,7 +58,7 @@ FAMILY = Family(
                  "param/grad/moments, fused Adam on the GPU, D2H of param/moments; each phase (h2d, "
                  "compute, d2h, step) its own entry, max over the concurrent ranks; axes `impl` (ours: "
                  "`csrc/fused_adam.cu`, torch's fused kernel), `schedule` (serial, overlap: chunked "
-                 "three-stream pipeline, chunk `NUMABENCH_CHUNK_ELEMS`, default 8 MiB per tensor) and "
+                 "three-stream pipeline, chunk `--numa-axis chunk_numel=N`, default 8 MiB per tensor) and "
                  "`alloc` (the placed state pinned by cudaHostRegister, or torch's `pin_memory` on "
                  "request)"),
     needs="a CUDA GPU per rank",
@@ -73,6 +73,7 @@ FAMILY = Family(
     # its own worker run, and the worker reads it from the variants it is given.
     extra_axes={"impl": ("ours", "torch"), "schedule": ("serial", "overlap"), "alloc": ("register", "torch")},
     worker_axes=("impl", "schedule"),
+    knobs=("chunk_numel",),  # the overlap schedule's chunk (auto: worker.auto_chunk)
     # torch's pinned allocator is measured with --numa-axis alloc=register,torch (doubles the matrix)
     default_axis_values={"alloc": ("register",)},
     # torch's caching host allocator rounds each buffer up to a power of two (up to 2x)

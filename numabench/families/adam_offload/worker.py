@@ -12,8 +12,6 @@ at once).
 """
 from __future__ import annotations
 
-import os
-
 from numabench.families.adam_offload.schedule import OverlappedStep, Schedule
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
@@ -97,7 +95,8 @@ class Worker(BaseWorker):
         if len(allocs) > 1:
             raise ValueError(f"one worker run got variants with different alloc values {sorted(allocs)}")
         self.alloc = spec.extra.get("alloc") or (allocs.pop() if allocs else "register")
-        chunk = os.environ.get("NUMABENCH_CHUNK_ELEMS") or spec.extra.get("chunk_elems")
+        # the chunk_numel knob (--numa-axis chunk_numel=N, in the case id), else auto_chunk
+        chunk = spec.knob("chunk_numel") or spec.extra.get("chunk_elems")
         self.chunk = int(chunk) if chunk else auto_chunk(self.numel, torch.empty((), dtype=self.dtype).element_size())
         self.step_no = 0
 

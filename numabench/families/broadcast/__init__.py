@@ -77,6 +77,7 @@ FAMILY = Family(
     default_dtypes=("fp32",),
     extra_axes={"method": METHODS},
     worker_axes=("method",),
+    knobs=("chunk_nbytes",),  # pipelined and relay chunk (auto: worker.chunk_bytes)
     # the pageable source, its pinned twin, two staging chunks (small)
     host_bytes_per_element=lambda case: 2 * case.itemsize,
     device_bytes_per_element=lambda case: case.itemsize,

@@ -9,7 +9,6 @@ timed. A round is wall clock from issue to the last GPU's completion.
 """
 from __future__ import annotations
 
-import os
 import time
 
 from numabench.families.base import Worker as BaseWorker
@@ -17,18 +16,17 @@ from numabench.families.base import WorkerSpec
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.toolkit.hostmem import allocate
 
-CHUNK_ENV = "NUMABENCH_BCAST_CHUNK_BYTES"
 MAX_CHUNK_BYTES = 16 * 2**20
 MIN_CHUNK_BYTES = 2**20
 CHECK_BLOCK = 4096  # words per checksum block
 CHECK_SLAB = 16 * 2**20  # words summed at a time on the CPU
 
 
-def chunk_bytes(nbytes: int) -> int:
-    """Pipeline chunk: 16 MiB, but at least 8 chunks, never under 1 MiB (env override)."""
-    env = os.environ.get(CHUNK_ENV)
-    if env:
-        return max(1, int(env))
+def chunk_bytes(nbytes: int, forced: str | None = None) -> int:
+    """Pipeline chunk: 16 MiB, but at least 8 chunks, never under 1 MiB; ``forced``: the
+    chunk_nbytes knob's value (--numa-axis chunk_nbytes=N, in the case id)."""
+    if forced:
+        return max(1, int(forced))
     return max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, -(-nbytes // 8)))
 
 
@@ -68,7 +66,7 @@ class Worker(BaseWorker):
         self.devs = [torch.device("cuda", i) for i in range(self.ngpu)]
         itemsize = torch.empty((), dtype=self.dtype).element_size()
         self.nbytes = self.numel * itemsize
-        self.chunk = max(1, chunk_bytes(self.nbytes) // itemsize)
+        self.chunk = max(1, chunk_bytes(self.nbytes, self.spec.knob("chunk_nbytes")) // itemsize)
         self.src = allocate(self.numel, self.dtype, "pageable")
         g = torch.Generator(device=self.devs[0]).manual_seed(2002)
         self.src.tensor.copy_(torch.empty(self.numel, dtype=self.dtype, device=self.devs[0])

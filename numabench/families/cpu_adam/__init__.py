@@ -49,6 +49,7 @@ FAMILY = Family(
     default_dtypes=("fp32",),
     extra_axes={"impl": IMPLS},
     worker_axes=("impl",),
+    knobs=("simd_level",),  # our kernel's SIMD level (auto: the best this CPU has)
     host_bytes_per_element=lambda case: 4 * case.itemsize + 2,
     case_skip_reason=skip_reason,
     metrics=metrics,

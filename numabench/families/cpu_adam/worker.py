@@ -42,6 +42,7 @@ class Worker(BaseWorker):
         from numabench.kernels import cpu_adam
 
         torch.set_num_threads(self.threads)
+        cpu_adam.force_simd(self.spec.knob("simd_level"))  # the simd_level knob (auto: the best level)
         impls = {v.get("impl", "ours") for v in self.spec.variants}
         errors = {}
         if impls & {"ours", "ours+copy"}:

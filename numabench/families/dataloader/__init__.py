@@ -71,6 +71,7 @@ FAMILY = GpuOrCpuFamily(
     default_dtypes=("fp32",),
     extra_axes={"binding": ("bound", "unbound")},
     worker_axes=(),
+    knobs=("loader_workers", "loader_batches", "image_px"),  # auto: worker.loader_settings
     host_bytes_per_element=lambda case: 3 * 224 * 224 * 4 * 8,  # a batch ~ 8 times over (prefetch, pin, dest)
     device_bytes_per_element=lambda case: 3 * 224 * 224 * 4,
     case_skip_reason=skip_reason,

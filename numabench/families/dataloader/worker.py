@@ -25,9 +25,10 @@ to the destination; ``batch`` is the round's wall time per batch (after a
 device synchronize), ``h2d`` the copy alone (CUDA events, or wall time on the
 CPU).
 
-Defaults (env overrides in brackets):
-- CPU-only: 2 loader workers [NUMABENCH_LOADER_WORKERS], 4 batches per round
-  [NUMABENCH_LOADER_BATCHES], 224x224 images [NUMABENCH_IMAGE_SIDE].
+Defaults (the knobs that set each, --numa-axis NAME=N, in brackets; a value
+other than auto shows in the case id):
+- CPU-only: 2 loader workers [loader_workers], 4 batches per round
+  [loader_batches], 224x224 images [image_px].
 - GPU: min(8, CPUs / nprocess) loader workers (the same for bound and
   unbound), 8 batches per round, 224x224 images, pin_memory.
 """
@@ -97,12 +98,13 @@ def check_loader_reports(reports: list[dict], cpus: list[int] | None, policy: st
 
 
 def loader_settings(spec: WorkerSpec, cuda: bool) -> dict:
-    env = os.environ.get
+    """The loader's settings: the case's knobs (loader_workers, loader_batches, image_px), else defaults."""
+    knob = spec.knob
     nproc = max(1, spec.nprocess)
     workers = 2 if not cuda else max(2, min(8, (os.cpu_count() or 2) // nproc))
-    return {"num_workers": int(env("NUMABENCH_LOADER_WORKERS") or workers),
-            "batches_per_round": int(env("NUMABENCH_LOADER_BATCHES") or (8 if cuda else 4)),
-            "image_side": int(env("NUMABENCH_IMAGE_SIDE") or 224)}
+    return {"num_workers": int(knob("loader_workers") or workers),
+            "batches_per_round": int(knob("loader_batches") or (8 if cuda else 4)),
+            "image_side": int(knob("image_px") or 224)}
 
 
 class Worker(BaseWorker):

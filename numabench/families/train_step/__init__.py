@@ -255,7 +255,7 @@ FAMILY = GpuOrCpuFamily(
                  "its node's CPUs, torch threads = those CPUs divided by the ranks on the node), "
                  "`rank-cores` (a disjoint share of the node's physical cores per rank, as DeepSpeed's "
                  "`--bind_cores_to_rank`; workers check they run there), `none` (unbound); "
-                 "`NUMABENCH_RANK_THREADS=N` overrides the threads (`0`: torch's default); also `torchrun "
+                 "`--numa-axis rank_threads=N` overrides the threads (`0`: torch's default); also `torchrun "
                  "-m numabench.tools.train_step_cli`"),
     needs=("nothing for the tiny model in fp32 (DDP, FSDP, streamed, no-offload on gloo); CUDA for "
            "fsdp-offload, bf16 and the small and 1b models; `numabench[deepspeed]` for the DeepSpeed modes"
@@ -271,6 +271,7 @@ FAMILY = GpuOrCpuFamily(
     default_axis_values={"model": ("tiny", "small")},  # 1b on request (--numa-axis model=1b)
     cpu_bind=lambda case: case.param("cpu_bind", "node"),
     worker_axes=(),
+    knobs=("rank_threads",),  # auto: worker.rank_threads (the rank's CPUs over the ranks sharing them)
     host_bytes_per_element=host_bytes_per_sequence,
     kernels=("cuda_adam",),
     variant_kernels=variant_kernels,

@@ -452,18 +452,17 @@ def derived_port(spec: WorkerSpec) -> int:
     return 20000 + zlib.crc32(f"{os.getppid()}:{key}".encode()) % 30000
 
 
-def rank_threads(spec: WorkerSpec, env: dict | None = None) -> int | None:
+def rank_threads(spec: WorkerSpec) -> int | None:
     """torch's intra-op threads for this rank: its CPUs shared among the ranks
     bound to the same node (``cpu_share``), so that ranks side by side do not
     run more threads than there are cores (GPU ranks too: FSDP's CPU offload
-    runs the optimizer on the host). ``NUMABENCH_RANK_THREADS=N`` sets N, ``0``
-    leaves torch's default (one thread per CPU the process may run on). None:
-    leave torch's default (no CPUs known)."""
-    env = os.environ if env is None else env
-    forced = env.get("NUMABENCH_RANK_THREADS", "").strip()
+    runs the optimizer on the host). The knob ``rank_threads`` (--numa-axis
+    rank_threads=N, in the case id) sets N, ``0`` leaves torch's default (one
+    thread per CPU the process may run on). None: leave torch's default (no CPUs known)."""
+    forced = (spec.knob("rank_threads") or "").strip()
     if forced:
         if not forced.isdigit():
-            raise ValueError(f"NUMABENCH_RANK_THREADS={forced!r}: allowed a whole number (0: torch's default)")
+            raise ValueError(f"rank_threads={forced!r}: allowed a whole number (0: torch's default)")
         return int(forced) or None
     cpus = spec.cpus
     if not cpus:
