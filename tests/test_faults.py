@@ -53,7 +53,7 @@ def two_ranks(fault: str, timeout_s: float = 30.0) -> WorkerGroup:
 
 
 def spec(rank: int) -> dict:
-    return {"rank": rank, "nprocess": 2, "gpu": None, "numel": 1 << 18, "itemsize": 4}
+    return {"rank": rank, "nprocess": 2, "gpu": None, "numel": 1 << 18}
 
 
 def drive(group: WorkerGroup, steps: int = 5) -> None:

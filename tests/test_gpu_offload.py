@@ -12,9 +12,8 @@ pytestmark = [pytest.mark.gpu,
 def make_worker(numel: int, dtype: str, impls=("ours", "torch")):
     from numabench.families.adam_offload.worker import Worker
 
-    variants = [{"impl": i, "schedule": s} for i in impls for s in ("serial", "overlap")]
-    w = Worker({"rank": 0, "gpu": 0, "numel": numel, "dtype": dtype, "variants": variants,
-                "chunk_elems": 1 << 20})
+    variants = [{"impl": i, "schedule": s, "chunk_numel": str(1 << 20)} for i in impls for s in ("serial", "overlap")]
+    w = Worker({"rank": 0, "gpu": 0, "numel": numel, "dtype": dtype, "variants": variants})
     info = w.setup()
     return w, info
 

@@ -14,7 +14,7 @@ ALLOCATORS = ("register", "torch", "cudahostalloc")
 def make_worker(numel: int, policy: str = "default", cpu_node=None):
     from numabench.families.pinned_alloc.worker import Worker
 
-    w = Worker({"rank": 0, "gpu": 0, "numel": numel, "dtype": "fp32", "itemsize": 4, "policy": policy,
+    w = Worker({"rank": 0, "gpu": 0, "numel": numel, "dtype": "fp32", "policy": policy,
                 "cpu_node": cpu_node, "variants": [{"allocator": a} for a in ALLOCATORS]})
     return w, w.setup()
 

@@ -234,3 +234,4 @@ def test_readme_names_the_retired_variables_with_their_axes():
     for _, knob, _, env in CONVERTED:
         line = next(line for line in section.splitlines() if f"`{env}`" in line)
         assert f"--numa-axis {knob}=" in line
+

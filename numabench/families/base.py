@@ -100,22 +100,24 @@ class WorkerSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "WorkerSpec":
-        """Known keys become fields; any other key joins ``extra``."""
+        """The spec ``to_dict`` wrote (JSON across the process boundary). A key that is not a field
+        is an error here, where it is read, not a value silently dropped: a family's own values go
+        under ``extra``."""
         names = {f.name for f in fields(cls)}
-        known = {k: v for k, v in d.items() if k in names}
-        extra = {**dict(known.pop("extra", None) or {}), **{k: v for k, v in d.items() if k not in names}}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"WorkerSpec has no field(s) {', '.join(map(repr, unknown))}: allowed "
+                             f"{', '.join(sorted(names))} (a family's own values go under 'extra')")
+        known = dict(d)
         if known.get("cpus") is not None:
             known["cpus"] = tuple(int(c) for c in known["cpus"])
         known["variants"] = tuple(dict(v) for v in (known.get("variants") or [{}]))
         known["verified"] = dict(known.get("verified") or {})
-        for key in ("numel", "rank", "nprocess", "cpu_share"):
-            if key in known and known[key] is not None:
-                known[key] = int(known[key])
-        for key in ("gpu", "cpu_node"):
+        known["extra"] = dict(known.get("extra") or {})
+        for key in ("numel", "rank", "nprocess", "cpu_share", "gpu", "cpu_node"):
             if known.get(key) is not None:
                 known[key] = int(known[key])
-        known.pop("itemsize", None)  # derived from dtype
-        return cls(**known, extra=extra)
+        return cls(**known)
 
 
 class Worker:

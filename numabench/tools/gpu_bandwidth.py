@@ -28,7 +28,7 @@ def gpu_bandwidth_matrix(topo: Topology, caps: Capabilities, numel: int = MATRIX
             own = gpu.numa_node if gpu.numa_node is not None else node
             cpu_node = topo.nearest_cpu_node(own) if topo.cpu_node_ids else None
             res = run_variants(case, [case.extra], mod, topo, caps, rounds=rounds, warmup=1,
-                               spec_extra={"gpu": gpu.index},
+                               rank_gpus=[gpu.index],
                                rank_nodes=[cpu_node] if cpu_node is not None else None)[0]
             for d in DIRECTIONS:
                 out[d].setdefault(str(node), {})[str(gpu.index)] = mod.metrics(res, d)["GBps"]

@@ -50,8 +50,8 @@ def _huge_buffer(numel: int, dtype):
 def _make_worker(numel: int, dtype: str, gpu: int):
     from numabench.families.adam_offload.worker import Worker
 
-    w = Worker({"numel": numel, "dtype": dtype, "gpu": gpu, "rank": 0, "alloc": "register",
-                "variants": [{"impl": "ours", "schedule": "serial"}]})
+    w = Worker({"numel": numel, "dtype": dtype, "gpu": gpu, "rank": 0,
+                "variants": [{"impl": "ours", "schedule": "serial", "alloc": "register"}]})
     info = w.setup()
     return w, info
 

@@ -103,7 +103,7 @@ def main() -> int:
             elif op == OP_STEP:
                 nstep += 1
                 faultlib.fire(faults, "step", nstep, rank, gpu)
-                reply = {"ok": True, "times": worker.step(**({"variant": msg["variant"]} if msg.get("variant") else {}))}
+                reply = {"ok": True, "times": worker.step(msg.get("variant") or None)}
             elif op == OP_EXIT:
                 if worker is not None:
                     worker.close()

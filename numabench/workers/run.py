@@ -53,10 +53,12 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
                  timeout_s: float = 600.0, tolerance_pp: float = 2.0,
                  spec_extra: dict[str, Any] | None = None,
                  rank_nodes: list[int] | None = None,
+                 rank_gpus: list[int] | None = None,
                  verified: dict[str, Any] | None = None) -> list[CaseResult]:
     """Start the workers once for ``case`` and time each variant (values of the
     family's worker axes, e.g. impl x schedule) on the same placed memory.
-    ``rank_nodes`` pins CPU ranks to given nodes (the bandwidth matrix's rows).
+    ``rank_nodes`` pins CPU ranks to given nodes (the bandwidth matrix's rows); ``rank_gpus``
+    gives rank i the GPU ``rank_gpus[i]`` (the GPU bandwidth matrix's columns).
     ``verified``: the correctness checks passed so far in this session (check key -> result),
     updated here; workers skip those (a kernel checked on a GPU at a dtype stays checked:
     a session checks each once instead of paying a check, and its imports, in every run).
@@ -64,6 +66,8 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     ranks: list[Rank] = family.ranks(case, topology)
     if rank_nodes is not None:
         ranks = [Rank(r.index, r.gpu, n, n) for r, n in zip(ranks, rank_nodes)]
+    if rank_gpus is not None:
+        ranks = [dataclasses.replace(r, gpu=g) for r, g in zip(ranks, rank_gpus)]
     slowdown = slowdown_factor()  # the workers pad their phases; checked here before any starts
     retired = retired_env_error()  # a knob's old variable: the workers no longer read it
     if retired:
@@ -76,7 +80,11 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     commands, specs, resolved = [], [], []
     how = "none"
     # once per run: every rank must get the same values (e.g. the process group's rendezvous port)
-    family_extra = family.spec_extra(case) if family.spec_extra else {}
+    extra = {**(family.spec_extra(case) if family.spec_extra else {}), **(spec_extra or {})}
+    typed = sorted(set(extra) & {f.name for f in dataclasses.fields(WorkerSpec)})
+    if typed:  # a typed field comes from the case and its ranks, never from the family's extras
+        raise ValueError(f"spec_extra key(s) {', '.join(typed)} name WorkerSpec fields; pass the family's "
+                         f"own values only (a rank's GPU: rank_gpus)")
     for r in ranks:
         policy = case.policy.resolve(topology, r.own_node)
         resolved.append(policy)
@@ -88,14 +96,14 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
                                        cpus=r.cpus)
         how = how_r if how in ("none", how_r) else "mixed"
         commands.append(cmd)
-        specs.append(WorkerSpec.from_dict({
-            "rank": r.index, "nprocess": case.nprocess, "gpu": r.gpu, "numel": case.numel_per_rank,
-            "dtype": case.dtype, "policy": str(policy), "cpu_node": r.cpu_node, "variants": [dict(v) for v in variants],
-            "cpus": list(r.cpus) if r.cpus else list(topology.node(r.cpu_node).cpus) if r.cpu_node is not None else None,
+        specs.append(WorkerSpec(
+            rank=r.index, nprocess=case.nprocess, gpu=r.gpu, numel=case.numel_per_rank, dtype=case.dtype,
+            policy=str(policy), cpu_node=r.cpu_node, variants=tuple(dict(v) for v in variants),
+            cpus=tuple(r.cpus) if r.cpus else tuple(topology.node(r.cpu_node).cpus) if r.cpu_node is not None
+            else None,
             # ranks whose threads share those CPUs: a worker sizes its thread pool by it
-            "cpu_share": 1 if r.cpus else sum(1 for o in ranks if o.cpu_node == r.cpu_node and not o.cpus),
-            "verified": dict(verified or {}),
-            **family_extra, **(spec_extra or {})}))
+            cpu_share=1 if r.cpus else sum(1 for o in ranks if o.cpu_node == r.cpu_node and not o.cpus),
+            verified=dict(verified or {}), extra=extra))
     weights = WeightSetting(case.policy.weight_map) if case.policy.kind == "weighted" else contextlib.nullcontext()
     from numabench.workers.group import WorkerGroup
 

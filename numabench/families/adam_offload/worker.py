@@ -94,9 +94,9 @@ class Worker(BaseWorker):
         allocs = {v["alloc"] for v in spec.variants if "alloc" in v}
         if len(allocs) > 1:
             raise ValueError(f"one worker run got variants with different alloc values {sorted(allocs)}")
-        self.alloc = spec.extra.get("alloc") or (allocs.pop() if allocs else "register")
+        self.alloc = allocs.pop() if allocs else "register"
         # the chunk_numel knob (--numa-axis chunk_numel=N, in the case id), else auto_chunk
-        chunk = spec.knob("chunk_numel") or spec.extra.get("chunk_elems")
+        chunk = spec.knob("chunk_numel")
         self.chunk = int(chunk) if chunk else auto_chunk(self.numel, torch.empty((), dtype=self.dtype).element_size())
         self.step_no = 0
 

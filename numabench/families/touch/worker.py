@@ -33,7 +33,7 @@ class Worker(BaseWorker):
                 "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
                 "bytes": self.nbytes}
 
-    def step(self) -> dict[str, float]:
+    def step(self, variant: dict | None = None) -> dict[str, float]:
         self.round += 1
         value = (self.round % 255) + 1  # never zero
         t0 = time.perf_counter_ns()
