@@ -71,13 +71,13 @@ def test_worker_init_fn_rebinds_cpus_and_memory_policy(tmp_path):
     """The parent runs on all its CPUs with the default policy; each loader worker, from
     inside worker_init_fn, sees exactly the node CPU set and policy it was re-bound to."""
     cpus = [sorted(TOPO.node(NODE).cpus)[0]]  # one CPU: visibly different from the parent's set
-    reports = _reports(tmp_path, cpus, f"bind:{NODE}")
+    reports = _reports(tmp_path, cpus, Policy.parse(f"bind:{NODE}"))
     assert [r["worker_id"] for r in reports] == [0, 1]
     assert len({r["pid"] for r in reports}) == 2 and os.getpid() not in {r["pid"] for r in reports}
     for r in reports:
         assert r["affinity"] == cpus
         assert r["mempolicy_mode"] == mempolicy.MPOL_BIND and r["mempolicy_nodes"] == [NODE]
-    assert check_loader_reports(reports, cpus, f"bind:{NODE}") == []
+    assert check_loader_reports(reports, cpus, Policy.parse(f"bind:{NODE}")) == []
     assert mempolicy.get_mempolicy()[0] == mempolicy.MPOL_DEFAULT  # the parent is untouched
 
 
@@ -86,7 +86,7 @@ def test_without_rebind_workers_inherit_and_the_check_says_so(tmp_path):
     for r in reports:
         assert r["affinity"] == sorted(os.sched_getaffinity(0))
         assert r["mempolicy_mode"] == mempolicy.MPOL_DEFAULT
-    problems = check_loader_reports(reports, [10_000], f"bind:{NODE}")
+    problems = check_loader_reports(reports, [10_000], Policy.parse(f"bind:{NODE}"))
     assert len(problems) == 4 and "expected [10000]" in problems[0] and "expected bind" in problems[1]
 
 

@@ -42,6 +42,7 @@ from numabench.cases import (
     parse_knob,
 )
 from numabench.errors import UsageError
+from numabench.numa.policy import Policy
 
 if TYPE_CHECKING:
     from numabench.cases import CaseResult
@@ -58,7 +59,7 @@ class WorkerSpec:
     rank: int = 0
     nprocess: int = 1
     gpu: int | None = None
-    policy: str | None = None  # the policy this rank runs under, resolved (Policy.parse reads it)
+    policy: Policy | None = None  # the policy this rank runs under, resolved (text across the process boundary)
     cpu_node: int | None = None
     cpus: tuple[int, ...] | None = None  # the CPUs it is bound to (None: unbound)
     cpu_share: int = 1  # ranks whose threads share those CPUs
@@ -69,6 +70,8 @@ class WorkerSpec:
     extra: Mapping[str, Any] = field(default_factory=dict)  # the family's own (Family.spec_extra)
 
     def __post_init__(self) -> None:
+        if isinstance(self.policy, str):  # read once, where the spec is made from text
+            object.__setattr__(self, "policy", Policy.parse(self.policy))
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r}: allowed {', '.join(DTYPES)}")
         if self.numel < 1:
@@ -92,6 +95,7 @@ class WorkerSpec:
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["policy"] = str(self.policy) if self.policy is not None else None
         d["cpus"] = list(self.cpus) if self.cpus is not None else None
         d["variants"] = [dict(v) for v in self.variants]
         d["verified"] = dict(self.verified)

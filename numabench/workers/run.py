@@ -98,7 +98,7 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
         commands.append(cmd)
         specs.append(WorkerSpec(
             rank=r.index, nprocess=case.nprocess, gpu=r.gpu, numel=case.numel_per_rank, dtype=case.dtype,
-            policy=str(policy), cpu_node=r.cpu_node, variants=tuple(dict(v) for v in variants),
+            policy=policy, cpu_node=r.cpu_node, variants=tuple(dict(v) for v in variants),
             cpus=tuple(r.cpus) if r.cpus else tuple(topology.node(r.cpu_node).cpus) if r.cpu_node is not None
             else None,
             # ranks whose threads share those CPUs: a worker sizes its thread pool by it

@@ -51,28 +51,26 @@ DATASET_LENGTH = 1 << 16
 REPORT_WAIT_S = 60.0
 
 
-def apply_policy_text(policy: str) -> None:
-    """Set the calling thread's memory policy from a resolved policy string."""
-    pol = Policy.parse(policy)
+def apply_policy(pol: Policy) -> None:
+    """Set the calling thread's memory policy to the resolved policy ``pol``."""
     if pol.kind == "default":
         mempolicy.set_mempolicy(mempolicy.MPOL_DEFAULT)
     else:
         mempolicy.set_mempolicy(pol.mode, pol.nodes)
 
 
-def expected_mempolicy(policy: str) -> tuple[int, tuple[int, ...]]:
-    pol = Policy.parse(policy)
+def expected_mempolicy(pol: Policy) -> tuple[int, tuple[int, ...]]:
     return (mempolicy.MPOL_DEFAULT, ()) if pol.kind == "default" else (pol.mode, tuple(pol.nodes))
 
 
-def bind_loader_worker(worker_id: int, cpus: list[int] | None = None, policy: str | None = None,
+def bind_loader_worker(worker_id: int, cpus: list[int] | None = None, policy: Policy | None = None,
                        report_dir: str | None = None) -> None:
     """DataLoader ``worker_init_fn``: re-bind this loader worker to ``cpus`` and ``policy``
     (None: leave that alone), then write what it sees to ``report_dir``/worker-<id>.json."""
     if cpus:
         os.sched_setaffinity(0, set(cpus))
     if policy is not None:
-        apply_policy_text(policy)
+        apply_policy(policy)
     if report_dir:
         mode, nodes = mempolicy.get_mempolicy()
         report = {"worker_id": worker_id, "pid": os.getpid(), "affinity": sorted(os.sched_getaffinity(0)),
@@ -84,7 +82,7 @@ def bind_loader_worker(worker_id: int, cpus: list[int] | None = None, policy: st
         os.replace(tmp, os.path.join(report_dir, f"worker-{worker_id}.json"))
 
 
-def check_loader_reports(reports: list[dict], cpus: list[int] | None, policy: str | None) -> list[str]:
+def check_loader_reports(reports: list[dict], cpus: list[int] | None, policy: Policy | None) -> list[str]:
     """Problems with the loader workers' own view of their binding (empty: all re-bound)."""
     problems = []
     want_mode = expected_mempolicy(policy) if policy is not None else None

@@ -178,7 +178,7 @@ class Worker(BaseWorker):
         self.empty_host_cache = empty_host_cache_fn() if "torch" in self.allocators else None
         if self.empty_host_cache:
             self.empty_host_cache()
-        policy = Policy.parse(self.spec.policy) if self.spec.policy else Policy.parse("default")
+        policy = self.spec.policy or Policy.parse("default")
         expected: Expectation | None = policy.expectation(cpu_node=self.spec.cpu_node)
         report = {}
         placement = None

@@ -44,15 +44,13 @@ def running_policy() -> dict[str, Any]:
             "mems_allowed": list(mems_allowed() or ())}
 
 
-def mismatch(expected: str | None, running: dict[str, Any]) -> str | None:
-    """Why ``running`` (``running_policy()``) is not the case's policy ``expected`` (its resolved
-    text), or None where it is. ``local`` resolves to a bind on the rank's node before the rank
+def mismatch(expected: "Policy | None", running: dict[str, Any]) -> str | None:
+    """Why ``running`` (``running_policy()``) is not the case's policy ``expected`` (resolved),
+    or None where it is. ``local`` resolves to a bind on the rank's node before the rank
     starts; unresolved it is only checked for its mode."""
-    from numabench.numa.policy import Policy
-
-    if not expected:
+    if expected is None:
         return None
-    policy = Policy.parse(expected)
+    policy = expected
     if running["mode_number"] != policy.mode:
         return (f"memory policy {running['mode']}:{','.join(map(str, running['nodes']))} where the case's policy is "
                 f"{expected} (mode {mempolicy.MODE_NAMES.get(policy.mode, policy.mode)})")
