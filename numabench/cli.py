@@ -28,8 +28,8 @@ from typing import NoReturn, Sequence
 
 from numabench.errors import NumabenchError, UsageError
 from numabench.interrupts import restore_interrupts
-from numabench.results.compare import DEFAULT_COARSEST, DEFAULT_THRESHOLD
-from numabench.results.formats import FORMATS
+from numabench.gate.rule import DEFAULT_COARSEST, DEFAULT_THRESHOLD
+from numabench.gate.table import FORMATS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -188,7 +188,7 @@ def cmd_history(ns: argparse.Namespace) -> int:
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    from numabench.results.formats import render_refusal
+    from numabench.gate.table import render_refusal
 
     try:
         return _compare(ns)
@@ -201,7 +201,7 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 
 def _compare(ns: argparse.Namespace) -> int:
     from numabench.results.compare import compare_runs
-    from numabench.results.formats import render_as
+    from numabench.gate.table import render_as
 
     if len(ns.runs) > 2:
         raise UsageError(f"compare takes [BASELINE] NEW: got {len(ns.runs)} runs ({' '.join(ns.runs)})")
@@ -226,7 +226,7 @@ def _compare(ns: argparse.Namespace) -> int:
 
 def cmd_ab(ns: argparse.Namespace) -> int:
     from numabench.results.ab import parse_env, render, run_ab
-    from numabench.results.compare import parse_threshold
+    from numabench.gate.rule import parse_threshold
 
     res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
                  threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence,

@@ -11,24 +11,21 @@ import pytest
 
 from numabench.cli import main
 from numabench.errors import UsageError
-from numabench.results.compare import (
+from numabench.gate.band import INFORMATIONAL, INSUFFICIENT, Band, GateRule
+from numabench.gate.rule import (
     FASTER,
-    INFORMATIONAL,
-    INSUFFICIENT,
     NO_BASELINE,
     SAME,
     SLOWER,
-    Band,
     ForeignHardwareError,
-    GateRule,
-    compare_runs,
     confirm,
     judge,
     judge_entry,
     parse_threshold,
-    render,
 )
-from numabench.results.invocations import INVOCATION_MEDIANS, INVOCATION_SOURCES
+from numabench.gate.table import render
+from numabench.results.compare import compare_runs
+from numabench.gate.invocations import INVOCATION_MEDIANS, INVOCATION_SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13"

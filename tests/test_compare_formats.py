@@ -8,8 +8,9 @@ from pathlib import Path
 from test_compare import KEY, bench, run, write
 
 from numabench.cli import main
-from numabench.results.compare import CONFIRM_INVOCATIONS, compare_runs
-from numabench.results.formats import render_github, render_markdown, to_json
+from numabench.gate.rule import CONFIRM_INVOCATIONS
+from numabench.gate.table import render_github, render_markdown, to_json
+from numabench.results.compare import compare_runs
 
 BASE = [0.0100, 0.0101, 0.0102]  # band 10.0-10.2 ms, three invocations
 

@@ -10,7 +10,8 @@ import pytest
 
 from numabench.cli import main
 from numabench.errors import UsageError
-from numabench.results.compare import NO_DATA, compare_runs
+from numabench.gate.rule import NO_DATA
+from numabench.results.compare import compare_runs
 from numabench.results.csv_import import import_csv, policy_from_seed
 from numabench.results.seed_csv import PLAIN, WEIGHTED, run_json_to_csv
 

@@ -25,7 +25,7 @@ import pytest
 from numabench.cli import main
 from numabench.errors import UsageError
 from numabench.results.fleet import KEY_FIELD, FleetIndex, parse_index_url, run_id
-from numabench.results.invocations import INVOCATION_SOURCES, invocation_medians
+from numabench.gate.invocations import INVOCATION_SOURCES, invocation_medians
 
 
 def _run(key: str, node: str, when: str, values: dict[str, float]) -> dict:

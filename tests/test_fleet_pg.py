@@ -21,7 +21,7 @@ import pytest
 import pgserver
 from numabench.cli import main
 from numabench.errors import UsageError
-from numabench.results.invocations import invocation_machines, invocation_medians
+from numabench.gate.invocations import invocation_machines, invocation_medians
 
 pytestmark = pytest.mark.xdist_group("postgres")
 REPO = Path(__file__).resolve().parents[1]

@@ -12,10 +12,11 @@ from test_compare import KEY, bench, run, write
 
 from numabench.cli import main
 from numabench.errors import UsageError
-from numabench.results.band import GATED, INFORMATIONAL, INSUFFICIENT, Band, GateRule, spread_pct
-from numabench.results.compare import SAME, SLOWER, compare_runs, confirm, judge_entry
-from numabench.results.formats import render_github, render_markdown, to_json
-from numabench.results.invocations import INVOCATION_MACHINES, INVOCATION_MEDIANS, INVOCATION_SOURCES
+from numabench.gate.band import GATED, INFORMATIONAL, INSUFFICIENT, Band, GateRule, spread_pct
+from numabench.gate.rule import SAME, SLOWER, confirm, judge_entry
+from numabench.gate.table import render_github, render_markdown, to_json
+from numabench.results.compare import compare_runs
+from numabench.gate.invocations import INVOCATION_MACHINES, INVOCATION_MEDIANS, INVOCATION_SOURCES
 from numabench.results.merge import merge_runs
 from numabench.results.window import BASELINE, learn, members
 

@@ -7,7 +7,7 @@ import pytest
 
 from numabench.cli import main
 from numabench.errors import UsageError
-from numabench.results.invocations import INVOCATION_SOURCES, invocation_medians
+from numabench.gate.invocations import INVOCATION_SOURCES, invocation_medians
 from numabench.results.merge import merge_runs, write_run
 
 

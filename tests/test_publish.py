@@ -18,7 +18,7 @@ from numabench.cli import main
 from numabench.publish.build import build_site
 from numabench.publish.model import hardware_key, slug
 from numabench.publish.source import runs_from_paths
-from numabench.results.invocations import invocation_medians
+from numabench.gate.invocations import invocation_medians
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINES = ROOT / "baselines"

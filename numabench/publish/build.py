@@ -9,7 +9,7 @@ from pathlib import Path
 from numabench.errors import UsageError
 from numabench.publish.model import Run, site_model
 from numabench.publish.pages import family_file, family_html, index_page, numa_file, numa_html
-from numabench.results.compare import DEFAULT_THRESHOLD
+from numabench.gate.rule import DEFAULT_THRESHOLD
 
 ASSETS = ("site.js", "site.css")
 

@@ -7,7 +7,7 @@ import sys
 import time
 
 from numabench.errors import UsageError
-from numabench.results.compare import DEFAULT_THRESHOLD
+from numabench.gate.rule import DEFAULT_THRESHOLD
 
 
 def add_parser(sub) -> None:

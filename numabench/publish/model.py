@@ -13,9 +13,9 @@ from typing import Any
 
 from numabench.cases import format_size
 from numabench.results.advise import Advice, advise, predict
-from numabench.results.compare import DEFAULT_THRESHOLD, parse_threshold
+from numabench.gate.rule import DEFAULT_THRESHOLD, parse_threshold
 from numabench.results.history import Point, change_points
-from numabench.results.invocations import invocation_machines, invocation_medians, run_machine
+from numabench.gate.invocations import invocation_machines, invocation_medians, run_machine
 from numabench.results.tables import BASE_AXES, entries, family_extra_axes
 
 Run = tuple[str, dict]

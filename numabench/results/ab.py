@@ -35,8 +35,9 @@ from typing import Callable, Iterator, Sequence
 
 from numabench.errors import UsageError
 from numabench.results import storage
-from numabench.results.compare import FASTER, SAME, SLOWER, format_table
-from numabench.results.invocations import invocation_medians
+from numabench.gate.rule import FASTER, SAME, SLOWER
+from numabench.gate.table import format_table
+from numabench.gate.invocations import invocation_medians
 
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
 BOOTSTRAP_RESAMPLES = 4000

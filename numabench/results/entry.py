@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from numabench.results.invocations import INVOCATION_MACHINES, INVOCATION_MEDIANS
+from numabench.gate.invocations import INVOCATION_MACHINES, INVOCATION_MEDIANS
 
 if TYPE_CHECKING:
     from numabench.cases import Case, CaseResult

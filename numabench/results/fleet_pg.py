@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from numabench.errors import UsageError
 from numabench.results.fleet_schema import migrate
-from numabench.results.invocations import (
+from numabench.gate.invocations import (
     INVOCATION_MACHINES,
     INVOCATION_MEDIANS,
     INVOCATION_SOURCES,

@@ -26,9 +26,9 @@ from pathlib import Path
 
 from numabench.errors import UsageError
 from numabench.results import storage
-from numabench.results.compare import DEFAULT_THRESHOLD, parse_threshold
+from numabench.gate.rule import DEFAULT_THRESHOLD, parse_threshold
 from numabench.results.ids import current_id
-from numabench.results.invocations import INVOCATION_SOURCES, invocation_medians
+from numabench.gate.invocations import INVOCATION_SOURCES, invocation_medians
 
 
 @dataclass

@@ -7,7 +7,7 @@ from several runs: ``merge_runs`` joins their benchmarks by ``fullname`` into
 one run that compares like a single saved session, and records where every
 entry came from. An entry that several runs measured is *pooled*: its
 invocations from every run (and so from every machine of the hardware key)
-widen the band that the gate judges by (numabench.results.invocations.pool). With
+widen the band that the gate judges by (numabench.gate.invocations.pool). With
 ``replace`` a later run's entry replaces an earlier one's instead (a baseline
 re-measured after an accepted change).
 
@@ -25,7 +25,7 @@ from typing import Sequence
 from numabench.errors import UsageError
 from numabench.machine.hwkey import run_hardware_key
 from numabench.results import storage
-from numabench.results.invocations import (
+from numabench.gate.invocations import (
     INVOCATION_MACHINES,
     INVOCATION_SOURCES,
     invocation_labels,

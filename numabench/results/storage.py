@@ -11,7 +11,7 @@ estimate all read through these.
 pytest-benchmark's FileStorage picks the next run number by listing the
 directory and then writes the file in place: two sessions saving at once can
 both pick 0007, and one truncated file can be read by a third. ``LockedFileStorage``
-(installed by fixtures/plugin.py for ``file://`` storages) numbers and saves
+(installed by fixtures/safety.py for ``file://`` storages) numbers and saves
 under an exclusive flock on the run folder itself (no lock file), writes the JSON to
 a temporary file first (fsynced) and publishes it with ``os.link``, which fails
 rather than replaces when the name exists (then the next number is tried). A
@@ -76,9 +76,8 @@ def publish(path: Path, data: bytes) -> bool:
 class LockedFileStorage(FileStorage):
     @classmethod
     def adopt(cls, storage: FileStorage) -> "LockedFileStorage":
-        new = cls(storage.path, storage.logger, storage.default_machine_id)
-        new._cache = storage._cache
-        return new
+        """The storage ``storage`` names (just made by pytest-benchmark, nothing loaded yet), locked."""
+        return cls(storage.path, storage.logger, storage.default_machine_id)
 
     def query(self, *globs_or_files: str) -> list[Path]:
         """As upstream, but a bare file glob matches in every platform folder, not only this

@@ -19,7 +19,7 @@ from pathlib import Path
 from numabench.cases import format_size
 from numabench.errors import UsageError
 from numabench.results import storage
-from numabench.results.invocations import invocation_medians
+from numabench.gate.invocations import invocation_medians
 
 BASE_AXES = ("nprocess", "numel", "dtype", "policy")
 # a family's extra axes where its module cannot say (e.g. an imported seed CSV's family)

@@ -7,7 +7,6 @@ a data-parallel step), as the seed benchmark does.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 import time
 from typing import Any
@@ -22,21 +21,6 @@ from numabench.numa.launch import build_command, worker_env
 from numabench.numa.placement import Expectation, PlacementReport, compare
 from numabench.numa.weights import WeightSetting
 from numabench.toolkit.inject import slowdown_factor
-
-
-def pool_invocations(runs: list[CaseResult]) -> CaseResult:
-    """One result from several invocations of the same case and variant: rounds pooled
-    (invocation by invocation), placement and set-up of the first, every invocation kept."""
-    if not runs:
-        raise ValueError("no invocations to pool")
-    first = runs[0]
-    if any(r.case != first.case for r in runs):
-        raise ValueError(f"invocations of different cases: {sorted({r.case.id for r in runs})}")
-    invocations = [inv for r in runs for inv in (r.invocations or [r.phases])]
-    phases = {ph: [v for inv in invocations for v in inv[ph]] for ph in first.phases}
-    per_rank = [{ph: [v for r in runs for v in r.per_rank[i][ph]] for ph in first.per_rank[i]}
-                for i in range(len(first.per_rank))]
-    return dataclasses.replace(first, phases=phases, per_rank=per_rank, invocations=invocations)
 
 
 def run_case(case: Case, family: Family, topology: Topology, caps: Capabilities, *, rounds: int,

@@ -1,6 +1,6 @@
 """A baseline entry's band, and the smallest change it can resolve.
 
-The band is the range of the entry's invocation medians (numabench.results.invocations):
+The band is the range of the entry's invocation medians (numabench.gate.invocations):
 fresh processes and buffers each, pooled by ``numabench merge`` or the rolling window
 from several runs and machines of one hardware key. How far apart those medians lie is the
 entry's own measured noise, and it sets the entry's threshold:
@@ -44,7 +44,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from numabench.results.invocations import invocation_labels, invocation_machines, invocation_medians
+from numabench.gate.invocations import invocation_labels, invocation_machines, invocation_medians
 
 MIN_INVOCATIONS = 3
 MIN_RUNS = 2

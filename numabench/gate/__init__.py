@@ -1,0 +1,9 @@
+"""The regression gate as plain code: no pytest, no fixtures/ (which only wires it to a session).
+
+- invocations.py: an entry's invocation medians, the unit of noise the gate judges by
+- band.py: a baseline entry's band, its threshold and status (gated, insufficient, informational)
+- rule.py: the verdicts (slower, faster, same, ...) of one entry and of two runs
+- confirm.py: the session's gate: which entries re-run as confirmation, how the verdicts combine
+- pool.py: a run's invocations pooled into one entry with its invocation medians
+- table.py: the verdicts as text, Markdown, GitHub annotations, JSON, and extra_info["gate"]
+"""
