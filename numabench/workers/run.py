@@ -7,6 +7,7 @@ a data-parallel step), as the seed benchmark does.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from typing import Any

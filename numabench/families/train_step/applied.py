@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from numabench.numa import mempolicy
+from numabench.numa.policy import Policy
 
 
 def parse_list(text: str) -> tuple[int, ...]:
@@ -44,7 +45,7 @@ def running_policy() -> dict[str, Any]:
             "mems_allowed": list(mems_allowed() or ())}
 
 
-def mismatch(expected: "Policy | None", running: dict[str, Any]) -> str | None:
+def mismatch(expected: Policy | None, running: dict[str, Any]) -> str | None:
     """Why ``running`` (``running_policy()``) is not the case's policy ``expected`` (resolved),
     or None where it is. ``local`` resolves to a bind on the rank's node before the rank
     starts; unresolved it is only checked for its mode."""
