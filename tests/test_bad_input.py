@@ -50,7 +50,8 @@ BAD = [
     pytest.param("--param-sizes=0", "bad size '0' in '0': must be a positive whole number of elements", id="size-0"),
     pytest.param("--param-sizes=-4M", "bad size '-4M' in '-4M': must be a positive whole number", id="size-negative"),
     pytest.param("--param-sizes=1G --numa-host-memory=1", "size 1G (1000000000 elements, 1.9 GiB at 2 bytes each) is "
-                 "larger than this machine's memory (1.0 GiB): allowed up to 536870912 elements", id="size-beyond-memory"),
+                 "more than the 80% of this machine's memory (1.0 GiB) a case may use: allowed up to 429496729 "
+                 "elements", id="size-beyond-memory"),
     pytest.param("--param-sizes=1M,,2M", "empty entry in sizes '1M,,2M'", id="sizes-empty-entry"),
     pytest.param("--param-sizes=12x", "bad size '12x' in '12x': allowed are positive element counts", id="size-junk"),
     pytest.param("--dtypes=fp8", "unknown dtype 'fp8': allowed fp32, fp16, bf16", id="unknown-dtype"),

@@ -50,6 +50,11 @@ if TYPE_CHECKING:
     from numabench.machine.topology import Topology
 
 
+# The share of host memory a case may plan to use (the rest: the OS, the parent, page cache):
+# the one rule both the size option's check and each case's skip apply.
+USABLE_HOST_SHARE = 0.8
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """What one rank's worker is told at set-up (sent as JSON, parsed once in the worker)."""
@@ -313,11 +318,12 @@ class Family:
             return f"preferred-many needs Linux >= 5.15; kernel {caps.kernel_release} rejected MPOL_PREFERRED_MANY"
         host_need = case.numel * self.host_bytes_per_element(case)
         host_have = host_memory_bytes or sum(n.mem_total_bytes for n in topology.nodes)
-        if host_need > 0.8 * host_have:
+        if host_need > USABLE_HOST_SHARE * host_have:
             have = (f"--numa-host-memory gives {host_have / 2**30:.1f} GiB" if host_memory_bytes else
                     f"MemTotal reads {host_have / 2**30:.1f} GiB")
             return (f"size {format_size(case.numel)} needs {host_need / 2**30:.1f} GiB of host memory; "
-                    f"{have} (80% usable; on a VM whose memory grows as it is used, pass --numa-host-memory=GiB)")
+                    f"{have} ({USABLE_HOST_SHARE:.0%} usable; on a VM whose memory grows as it is used, pass "
+                    "--numa-host-memory=GiB)")
         if topology.gpus and self.needs_gpu:
             dev_need = case.numel_per_rank * self.device_bytes_per_element(case)
             dev_have = min(g.memory_bytes for g in topology.gpus[: case.nprocess]) or float("inf")
