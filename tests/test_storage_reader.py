@@ -249,3 +249,17 @@ def test_ab_reads_its_invocations_json_through_storage(tmp_path, reads, monkeypa
     side = ab.Side("worktree", None, tmp_path, {})
     assert ab.invoke(side, ["benchmarks"], out) == {a_run()["benchmarks"][0]["fullname"]: 2.0}
     assert reads == [out]
+
+
+def test_a_baseline_named_by_path_is_found_outside_the_storage_folder(tmp_path):
+    """`--benchmark-compare=/elsewhere/run.json` on a machine whose key has no folder yet (a fresh
+    runner judged against a file it was handed): the file, not "no baseline for this key"."""
+    from numabench.errors import UsageError
+    from numabench.results.storage import check_baselines
+
+    run_file = write(tmp_path / "elsewhere" / "0001_before.json", a_run())
+    storage_root = tmp_path / "baselines" / "K"  # does not exist
+    assert check_baselines(storage_root, str(run_file), "K") == [run_file]
+    assert not storage_root.exists()
+    with pytest.raises(UsageError, match="no baseline matching '0001' for this machine's hardware key 'K'"):
+        check_baselines(storage_root, "0001", "K")

@@ -196,7 +196,11 @@ def check_baselines(storage_path: str | Path, compare: Any, hardware_key: str | 
     is broken. Creates no folder."""
     path = Path(storage_path).resolve()
     files: list[Path] = []
-    if path.is_dir():
+    asked = [] if compare is True else list(compare if isinstance(compare, (list, tuple)) else [compare])
+    if asked and all(Path(str(c)).is_file() for c in asked):
+        # run files named by path: pytest-benchmark loads those wherever they are, storage folder or not
+        files = [Path(str(c)) for c in asked]
+    elif path.is_dir():
         storage = LockedFileStorage(path, None, default_machine_id=None)
         if compare is True:
             files = storage.query("[0-9][0-9][0-9][0-9]_")[-1:]
