@@ -57,8 +57,8 @@ def mode_rows(run: str | Path | dict) -> list[ModeRow]:
             continue
         rows.append(ModeRow(
             e.name, str(x.get("mode", "ddp")), str(x.get("model", "")), str(e.axes["dtype"]), int(e.axes["nprocess"]),
-            str(e.axes["policy"]), str(x.get("cpu_bind", "")), e.median_s * 1e3, x.get("tokens_per_s"), x.get("forward_ms"),
-            x.get("backward_ms"), x.get("optimizer_ms"), x.get("cpu_adam_ms"), x.get("gpu_idle_fraction_min"),
+            str(e.axes["policy"]), str(x.get("cpu_bind", "")), e.median_s * 1e3, x.get("tokens_per_s"),
+            x.get("forward_ms"), x.get("backward_ms"), x.get("optimizer_ms"), x.get("cpu_adam_ms"), x.get("gpu_idle_fraction_min"),
             x.get("gpu_idle_fraction"), x.get("pcie_bytes_per_param")))
     refs = {r.key(): r.step_ms for r in rows if r.mode == REFERENCE_MODE}
     for r in rows:

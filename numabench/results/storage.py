@@ -202,10 +202,7 @@ def check_baselines(storage_path: str | Path, compare: Any, hardware_key: str | 
         files = [Path(str(c)) for c in asked]
     elif path.is_dir():
         storage = LockedFileStorage(path, None, default_machine_id=None)
-        if compare is True:
-            files = storage.query("[0-9][0-9][0-9][0-9]_")[-1:]
-        else:
-            files = storage.query(*(compare if isinstance(compare, (list, tuple)) else [compare]))
+        files = storage.query(*asked) if asked else storage.query("[0-9][0-9][0-9][0-9]_")[-1:]
     if not files:
         matching = "" if compare is True else f" matching {compare!r}"
         if hardware_key and path.name == hardware_key:

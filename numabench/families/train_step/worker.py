@@ -547,7 +547,8 @@ class Worker(BaseWorker):
         if why:
             raise RuntimeError(f"rank {rank} left the case's memory policy while its trainer was set up: {why}")
         return {"placement": placement.to_dict(), "placed": "host state" if ranges else "process anon memory",
-                "mempolicy": running, "case_policy": str(spec.policy) if spec.policy is not None else None, "gpu_idle": idle,
+                "mempolicy": running, "case_policy": str(spec.policy) if spec.policy is not None else None,
+                "gpu_idle": idle,
                 "kernel_max_rel_error": tr.kernel_error,
                 "numa_maps": numa_maps_report().to_dict(), "host_bytes_by_node": anon_report().to_dict(),
                 "host_state_bytes": sum(n for _, n in ranges),
