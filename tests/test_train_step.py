@@ -281,7 +281,7 @@ def test_gpu_modes(mode, dtype):
     if mode == "fsdp-offload":
         assert all(i.placed == "host state" and i.host_state_bytes > 0 for i in infos)
         # the offloaded state is on the host, the GPU holds far less than params + Adam state
-        assert infos[0]["host_state_bytes"] >= 3 * 4 * infos[0]["n_params"] // n * 0.9
+        assert infos[0].host_state_bytes >= 3 * 4 * infos[0].n_params // n * 0.9
     # ranks on one node split its CPUs (fsdp-offload's optimizer runs there)
     ranks = FAM.ranks(c, TOPO)
     for r, info in zip(ranks, infos):
