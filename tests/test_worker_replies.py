@@ -148,3 +148,12 @@ def test_a_setup_that_returns_no_reply_of_its_family_is_the_workers_error():
     patch = "from numabench.families.touch import worker\nworker.Worker.setup = lambda self: {'placement': {}}"
     [reply] = run_worker(patch, [{"op": "setup", "spec": {"numel": 4096, "dtype": "fp32"}}])
     assert not reply["ok"] and "returned dict: allowed TouchReply (Family.setup_reply)" in reply["error"], reply
+
+
+def test_train_step_declares_every_part_its_trainer_returns():
+    """The DeepSpeed timers a train_step rank keeps become step parts: each one declared, or every
+    DeepSpeed step would fail in the worker's check."""
+    from numabench.families.train_step.worker import DeepSpeedTimers
+
+    parts = set(family("train_step").step_parts)
+    assert {*DeepSpeedTimers.KEEP.values(), "forward", "backward", "optimizer", "ds_in_timer"} <= parts
