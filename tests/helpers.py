@@ -149,3 +149,54 @@ def git_in(repo: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
                    env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
                         "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"})
+
+
+def plausible_reply(key: str, **fields: Any):
+    """Family ``key``'s setup reply (its ``Family.setup_reply`` class) with plausible values, as a
+    one-rank run on node 0 would report; ``fields`` override them."""
+    from numabench.families import family
+    from numabench.families.dataloader.reply import LoaderWorkerReport
+    from numabench.families.pinned_alloc.reply import AllocatorReport
+    from numabench.families.train_step.reply import GpuIdle
+    from numabench.numa.placement import PlacementReport
+
+    pages = PlacementReport({0: 64 * 2**20}, source="move_pages")
+    allocator = dict(requested_bytes=271581184, reserved_bytes=2**29, resident_bytes=2**29,
+                     torch_host_stats_bytes=None, placement=pages, honours_policy=True,
+                     message="placement N0=100.0%", how="mmap + first touch + cudaHostRegister")
+    common = dict(placement=pages, numa_maps=pages)
+    values: dict[str, dict[str, Any]] = {
+        "touch": dict(common, bytes=64 * 2**20),
+        "host_membw": dict(common, threads=2, bytes_per_array=64 * 2**20),
+        "cpu_adam": dict(common, threads=2, max_rel_error={"ours-adam": 1e-7}, simd="avx2",
+                         bytes_per_element={"plain": 28}),
+        "pinned_alloc": dict(placement=pages, bytes=271581184, device_name="NVIDIA H100",
+                             allocators={a: AllocatorReport(**allocator)
+                                         for a in ("register", "torch", "cudahostalloc")}),
+        "transfer": dict(common, memory=["pinned", "pageable"], bytes=2**28, device_name="NVIDIA H100",
+                         checked=True),
+        "broadcast": dict(common, bytes=2**28, ngpus=2, chunk_bytes=2**24, peer_access=[True], checksum=12345,
+                          methods=["pageable", "pinned"], devices=["NVIDIA H100", "NVIDIA H100"]),
+        "adam_offload": dict(common, bytes_h2d=4 * 2**26, bytes_d2h=3 * 2**26,
+                             max_rel_error={"ours": {"adam": 1e-7, "adamw": 1e-7}}, alloc="register",
+                             chunk_elems=2**21, device_name="NVIDIA H100", limit_h2d_GBps=50.0,
+                             limit_d2h_GBps=50.0, limit_d2d_GBps=2000.0, limit_bidir_h2d_GBps=40.0,
+                             limit_bidir_d2h_GBps=40.0),
+        "dataloader": dict(common, binding="bound", batch_per_rank=32, bytes_per_batch=32 * 3 * 224 * 224 * 4,
+                           device="cpu", pin_memory=False, main_affinity=[0, 1], device_name="cpu",
+                           num_workers=2, batches_per_round=4, image_side=224,
+                           loader_workers=[LoaderWorkerReport(worker_id=0, pid=100, affinity=[0, 1],
+                                                              mempolicy_mode=2, mempolicy_mode_name="bind",
+                                                              mempolicy_nodes=[0])]),
+        "train_step": dict(common, placed="host state", mempolicy={"mode": "bind", "mode_number": 2, "nodes": [0]},
+                           case_policy="bind:0", kernel_max_rel_error=None, host_bytes_by_node=pages,
+                           host_state_bytes=2**20, peak_gpu_bytes=2**30, setup_losses=[7.0, 6.5, 6.0],
+                           param_digest="ab12", param_digests_all_ranks=["ab12"], n_params=10**6,
+                           tokens_per_step=32 * 128, seq_len=128, batch_per_rank=32, impl="ddp",
+                           backend="nccl", device_name="NVIDIA H100", threads=2, torch="2.5.0",
+                           gpu_idle=GpuIdle(gpu_idle_fraction=0.2, sm_idle_fraction=0.3, window_s=0.1,
+                                            profiled_steps=2, source="torch.profiler")),
+    }
+    if key not in values:
+        raise KeyError(f"no plausible reply for family {key!r}: add one (allowed {', '.join(sorted(values))})")
+    return family(key).setup_reply(**{**values[key], **fields})

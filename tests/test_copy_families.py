@@ -12,12 +12,14 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from helpers import fake_caps
+from helpers import fake_caps, plausible_reply
 
 from numabench.cases import Case, default_policies
 from numabench.families import family
+from numabench.families.pinned_alloc.reply import AllocatorReport
 from numabench.machine.capabilities import Capabilities
 from numabench.machine.topology import Topology, discover
+from numabench.numa.placement import PlacementReport
 from numabench.numa.policy import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,7 +192,7 @@ def test_transfer_metrics_count_both_directions_and_aggregate():
     mod = family("transfer")
     case = Case("transfer", 2, 2 * 10**9 // 4, Policy.parse("default"), "fp32", (("memory", "pinned"),))
     res = fake_result("transfer", case, {"h2d": [0.02] * 3, "d2h": [0.02] * 3, "bidir": [0.025] * 3},
-                      [{"device_name": "X"}] * 2)
+                      [plausible_reply("transfer", device_name="X")] * 2)
     h2d = mod.metrics(res, "h2d")
     assert h2d["bytes_per_rank"] == 10**9 and h2d["GBps"] == pytest.approx(50.0)
     assert h2d["aggregate_GBps"] == pytest.approx(100.0)
@@ -201,24 +203,25 @@ def test_transfer_metrics_count_both_directions_and_aggregate():
 def test_pinned_alloc_metrics_report_waste_and_policy():
     mod = family("pinned_alloc")
     case = Case("pinned_alloc", 1, 67895296, Policy.parse("bind:0"), "fp32", (("allocator", "torch"),))
-    entry = {"requested_bytes": 271581184, "reserved_bytes": 2**29, "resident_bytes": 2**29,
-             "torch_host_stats_bytes": 2**29, "placement": {}, "honours_policy": False,
-             "message": "placement N1=100%", "how": "torch"}
+    entry = AllocatorReport(requested_bytes=271581184, reserved_bytes=2**29, resident_bytes=2**29,
+                            torch_host_stats_bytes=2**29, placement=PlacementReport({1: 2**29}),
+                            honours_policy=False, message="placement N1=100%", how="torch")
     res = fake_result("pinned_alloc", case, {"alloc": [0.2], "free": [0.1]},
-                      [{"allocators": {"torch": entry}}])
+                      [plausible_reply("pinned_alloc", allocators={"torch": entry})])
     m = mod.metrics(res, "alloc")
     assert m["reserved_over_requested"] == pytest.approx(2**29 / 271581184, abs=1e-4)
     assert m["honours_policy"] is False and m["honours_policy_per_rank"] == [False]
-    entry2 = dict(entry, honours_policy=None)
-    res2 = fake_result("pinned_alloc", case, {"alloc": [0.2], "free": [0.1]}, [{"allocators": {"torch": entry2}}])
+    entry2 = replace(entry, honours_policy=None)
+    res2 = fake_result("pinned_alloc", case, {"alloc": [0.2], "free": [0.1]},
+                       [plausible_reply("pinned_alloc", allocators={"torch": entry2})])
     assert mod.metrics(res2, "free")["honours_policy"] is None
 
 
 def test_broadcast_metrics():
     mod = family("broadcast")
     case = Case("broadcast", 1, 250_000_000, Policy.parse("default"), "fp32", (("method", "relay"),))
-    info = {"bytes": 10**9, "ngpus": 8, "chunk_bytes": 2**24, "peer_access": [True] * 7, "checksum": 1,
-            "devices": ["H100"] * 8}
+    info = plausible_reply("broadcast", bytes=10**9, ngpus=8, chunk_bytes=2**24, peer_access=[True] * 7,
+                           checksum=1, devices=["H100"] * 8)
     m = mod.metrics(fake_result("broadcast", case, {"broadcast": [0.1]}, [info]), "broadcast")
     assert m["GBps"] == pytest.approx(10.0) and m["delivered_GBps"] == pytest.approx(80.0)
 

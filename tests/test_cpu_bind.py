@@ -105,7 +105,8 @@ def test_two_gloo_ranks_each_on_its_own_cores():
     ranks = FAM.ranks(c, t)
     res = run_case(c, FAM, t, probe(first_node=node), rounds=2, warmup=0, timeout_s=120)
     a, b = res.setup_info
-    assert a["affinity"] == list(ranks[0].cpus) and b["affinity"] == list(ranks[1].cpus)
-    assert not set(a["affinity"]) & set(b["affinity"])
-    assert a["threads"] == len(ranks[0].cpus) and b["threads"] == len(ranks[1].cpus)
-    assert FAM.metrics(res, "step")["cpus_per_rank"] == [a["affinity"], b["affinity"]]
+    cpus_a, cpus_b = res.affinity
+    assert cpus_a == list(ranks[0].cpus) and cpus_b == list(ranks[1].cpus)
+    assert not set(cpus_a) & set(cpus_b)
+    assert a.threads == len(ranks[0].cpus) and b.threads == len(ranks[1].cpus)
+    assert FAM.metrics(res, "step")["cpus_per_rank"] == [cpus_a, cpus_b]

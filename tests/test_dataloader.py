@@ -119,12 +119,12 @@ def test_cpu_case_through_the_runner(binding):
     case = Case("dataloader", 1, 16, Policy.parse(f"bind:{NODE}"), "fp32", (("binding", binding), ("image_px", "64")))
     res = run_case(case, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=120)
     info = res.setup_info[0]
-    assert info["binding"] == binding and info["num_workers"] == 2 and info["pin_memory"] is False
+    assert info.binding == binding and info.num_workers == 2 and info.pin_memory is False
     assert all(p.verdict.ok for p in res.placement)
-    for r in info["loader_workers"]:
-        assert r["mempolicy_mode"] == mempolicy.MPOL_BIND and r["mempolicy_nodes"] == [NODE]
+    for r in info.loader_workers:
+        assert r.mempolicy_mode == mempolicy.MPOL_BIND and r.mempolicy_nodes == [NODE]
         if binding == "bound":
-            assert r["affinity"] == sorted(TOPO.node(NODE).cpus)
+            assert r.affinity == sorted(TOPO.node(NODE).cpus)
     m = family("dataloader").metrics(res, "batch")
     assert len(res.phases["batch"]) == 3 and min(res.phases["batch"]) > 0
     assert m["samples_per_s"] > 0 and m["image_side"] == 64
@@ -137,7 +137,7 @@ def test_gpu_case_pins_and_copies(binding):
     case = Case("dataloader", 1, 64, Policy.parse("local"), "fp32", (("binding", binding),))
     res = run_case(case, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=300)
     info = res.setup_info[0]
-    assert info["pin_memory"] is True and info["device"].startswith("cuda")
+    assert info.pin_memory is True and info.device.startswith("cuda")
     assert all(p.verdict is None or p.verdict.ok for p in res.placement)
     assert min(res.phases["batch"]) > 0 and min(res.phases["h2d"]) > 0
     m = family("dataloader").metrics(res, "batch")
@@ -145,5 +145,5 @@ def test_gpu_case_pins_and_copies(binding):
     if binding == "bound":
         own = TOPO.gpu(0).numa_node
         cpus = sorted(TOPO.node(TOPO.nearest_cpu_node(own)).cpus) if own is not None else None
-        for r in info["loader_workers"]:
-            assert cpus is None or r["affinity"] == cpus
+        for r in info.loader_workers:
+            assert cpus is None or r.affinity == cpus

@@ -28,8 +28,8 @@ def test_every_method_lands_the_source_on_every_gpu():
     numel = 5 * (1 << 20) + 12345
     w, info = make_worker(numel, chunk_nbytes=str(1 << 20))  # many chunks and a ragged tail
     try:
-        assert info["ngpus"] == torch.cuda.device_count() and info["chunk_bytes"] == 1 << 20
-        assert info["placement"]["untouched_bytes"] == 0
+        assert info.ngpus == torch.cuda.device_count() and info.chunk_bytes == 1 << 20
+        assert info.placement.untouched_bytes == 0
         want = block_checksums(w.src.tensor)
         assert w.src.tensor.abs().sum() > 0
         for m in METHODS:

@@ -52,12 +52,12 @@ def test_overlap_is_bit_identical_to_serial(dtype, impl):
 def test_setup_reports_placement_limits_and_errors():
     w, info = make_worker(3 * (1 << 20), "fp32")
     try:
-        assert info["placement"]["untouched_bytes"] == 0
-        assert sum(info["placement"]["bytes_by_node"].values()) >= 4 * 3 * (1 << 20) * 4
-        for k in ("limit_h2d_GBps", "limit_d2h_GBps", "limit_d2d_GBps"):
-            assert info[k] > 1.0, (k, info[k])
+        assert info.placement.untouched_bytes == 0
+        assert sum(info.placement.bytes_by_node.values()) >= 4 * 3 * (1 << 20) * 4
+        for k, v in (("h2d", info.limit_h2d_GBps), ("d2h", info.limit_d2h_GBps), ("d2d", info.limit_d2d_GBps)):
+            assert v > 1.0, (k, v)
         for impl in ("ours", "torch"):
-            assert set(info["max_rel_error"][impl]) == {"adam", "adamw"}
+            assert set(info.max_rel_error[impl]) == {"adam", "adamw"}
         t = w.step({"impl": "ours", "schedule": "serial"})
         assert t["step"] >= max(t["h2d"], t["compute"], t["d2h"])
     finally:

@@ -24,20 +24,20 @@ def test_requested_vs_reserved():
     w, info = make_worker(numel)
     try:
         req = numel * 4
-        a = info["allocators"]
+        a = info.allocators
         assert set(a) == set(ALLOCATORS)
         for kind in ALLOCATORS:
-            assert a[kind]["requested_bytes"] == req
-            assert a[kind]["reserved_bytes"] >= req, (kind, a[kind])
-            assert a[kind]["placement"]["untouched_bytes"] == 0, (kind, a[kind]["placement"])
-            assert a[kind]["honours_policy"] is None  # default policy, no bound node: nothing promised
+            assert a[kind].requested_bytes == req
+            assert a[kind].reserved_bytes >= req, (kind, a[kind])
+            assert a[kind].placement.untouched_bytes == 0, (kind, a[kind].placement)
+            assert a[kind].honours_policy is None  # default policy, no bound node: nothing promised
         page = 4096
-        assert a["register"]["reserved_bytes"] == -(-req // page) * page
-        assert a["torch"]["reserved_bytes"] >= 16 * 2**20, a["torch"]
-        if a["torch"]["torch_host_stats_bytes"] is not None:
-            assert a["torch"]["torch_host_stats_bytes"] == 16 * 2**20, a["torch"]
-        assert a["cudahostalloc"]["reserved_bytes"] < 16 * 2**20, a["cudahostalloc"]  # exact size, page-ish
-        assert info["placement"] == a["register"]["placement"]  # the one the runner checks
+        assert a["register"].reserved_bytes == -(-req // page) * page
+        assert a["torch"].reserved_bytes >= 16 * 2**20, a["torch"]
+        if a["torch"].torch_host_stats_bytes is not None:
+            assert a["torch"].torch_host_stats_bytes == 16 * 2**20, a["torch"]
+        assert a["cudahostalloc"].reserved_bytes < 16 * 2**20, a["cudahostalloc"]  # exact size, page-ish
+        assert info.placement == a["register"].placement  # the one the runner checks
     finally:
         w.close()
 

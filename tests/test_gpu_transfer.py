@@ -19,9 +19,9 @@ def make_worker(numel=3 * (1 << 20) + 7, kinds=("pinned", "pageable"), gpu=0):
 def test_copies_are_exact_and_timed():
     w, info = make_worker()
     try:
-        assert info["checked"] and info["memory"] == ["pinned", "pageable"]
-        assert info["placement"]["untouched_bytes"] == 0
-        assert sum(info["placement"]["bytes_by_node"].values()) >= 4 * w.numel * 4  # src + dst per kind
+        assert info.checked and info.memory == ["pinned", "pageable"]
+        assert info.placement.untouched_bytes == 0
+        assert sum(info.placement.bytes_by_node.values()) >= 4 * w.numel * 4  # src + dst per kind
         assert w.host["pinned"]["src"].tensor.is_pinned() and not w.host["pageable"]["src"].tensor.is_pinned()
         for kind in ("pinned", "pageable"):
             src, dst = w.host[kind]["src"].tensor, w.host[kind]["dst"].tensor

@@ -174,7 +174,7 @@ def test_simd_level_runs_cpu_adam_at_that_level(monkeypatch):
     case = Case("cpu_adam", 1, 1 << 16, Policy.parse(f"bind:{node}"), "fp32",
                 (("impl", "ours"), ("simd_level", "scalar")))
     res = run_case(case, family("cpu_adam"), topo, caps, rounds=1, warmup=0, timeout_s=300)
-    assert res.setup_info[0]["simd"] == "scalar"
+    assert res.setup_info[0].simd == "scalar"
     assert family("cpu_adam").metrics(res, "step")["simd"] == "scalar"
     assert res.case.id.endswith("-ours-simd_level=scalar")
 

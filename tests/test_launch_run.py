@@ -90,7 +90,8 @@ def test_touch_case_through_the_whole_machinery(launcher):
     assert {"start", "import", "setup", "checks", "close"} <= set(parts), parts
     assert all(v >= 0 for v in parts.values()) and res.fixed_s > 0
     assert sum(parts[k] for k in ("start", "import", "setup", "checks", "close")) <= res.fixed_s + 0.05, parts
-    assert res.setup_info[0]["affinity"] and set(res.setup_info[0]["affinity"]) <= set(TOPO.node(NODE).cpus)
+    assert res.affinity[0] and set(res.affinity[0]) <= set(TOPO.node(NODE).cpus)
+    assert res.setup_info[0].bytes == 64 * 2**20  # the family's typed reply, parsed in the parent
 
 
 def test_wrong_promise_fails_the_case(monkeypatch):

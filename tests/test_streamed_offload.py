@@ -311,8 +311,8 @@ def test_gpu_streamed_mode_placed_and_broken_down(model, monkeypatch):
     c = Case("train_step", 1, 4, Policy.parse("local"), "bf16", (("mode", "streamed"), ("model", model)))
     res = run_case(c, fam, topo, caps, rounds=3, warmup=1, timeout_s=900)
     info = res.setup_info[0]
-    assert info["placed"] == "host state" and info["host_state_bytes"] == 12 * info["n_params"]
-    assert info["mempolicy"]["mode"] == "bind"
+    assert info.placed == "host state" and info.host_state_bytes == 12 * info.n_params
+    assert info.mempolicy["mode"] == "bind"
     assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
     m = fam.metrics(res, "step")
     assert m["pcie_bytes_per_param"] == 24.0 and m["forward_ms"] > 0 and m["backward_ms"] > 0
@@ -341,13 +341,13 @@ def test_streamed_and_no_offload_modes_through_the_worker_on_the_cpu():
         c = Case("train_step", 1, 4, Policy.parse(f"bind:{node}"), "fp32", (("mode", mode), ("model", "tiny")))
         res = run_case(c, fam, topo, caps, rounds=3, warmup=1, timeout_s=300)
         info = res.setup_info[0]
-        assert info["mempolicy"]["mode"] == "bind" and info["mempolicy"]["nodes"] == [node]
+        assert info.mempolicy["mode"] == "bind" and info.mempolicy["nodes"] == [node]
         assert all(p.verdict is not None and p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
         m = fam.metrics(res, "step")
         assert m["forward_ms"] > 0 and m["backward_ms"] > 0 and m["optimizer_ms"] > 0, m
         assert m["pcie_bytes_per_param"] == (24.0 if mode == "streamed" else 0.0)
         if mode == "streamed":
-            assert info["placed"] == "host state" and info["host_state_bytes"] == 12 * info["n_params"]
+            assert info.placed == "host state" and info.host_state_bytes == 12 * info.n_params
 
 
 class RecordingOps:

@@ -99,20 +99,20 @@ def test_two_ranks_over_gloo(mode):
     # the family's own rendezvous (Family.spec_extra), as a benchmark run gets it: every rank the same port
     res = run_case(c, FAM, TOPO, CAPS, rounds=2, warmup=0, timeout_s=120)
     a, b = res.setup_info
-    assert a["backend"] == "gloo" and a["tokens_per_step"] == 8 * 64
+    assert a.backend == "gloo" and a.tokens_per_step == 8 * 64
     # both ranks sit on this machine's one node: they share its CPUs, never oversubscribe them
     share = sum(1 for r in FAM.ranks(c, TOPO) if r.cpu_node == FAM.ranks(c, TOPO)[0].cpu_node)
-    assert a["threads"] == b["threads"] == max(1, len(TOPO.node(FAM.ranks(c, TOPO)[0].cpu_node).cpus) // share)
-    assert a["setup_losses"] != b["setup_losses"]  # each rank saw its own data
+    assert a.threads == b.threads == max(1, len(TOPO.node(FAM.ranks(c, TOPO)[0].cpu_node).cpus) // share)
+    assert a.setup_losses != b.setup_losses  # each rank saw its own data
     if mode == "ddp":
-        assert a["param_digest"] == b["param_digest"]
+        assert a.param_digest == b.param_digest
     else:
-        assert a["impl"].startswith("FSDP")
+        assert a.impl.startswith("FSDP")
     assert all(p.verdict is None or p.verdict.ok for p in res.placement)
     m = FAM_MOD.metrics(res, "step")
     assert min(res.phases["step"]) > 0 and m["tokens_per_s"] > 0 and m["tflops"] > 0
     assert m["host_bytes_by_node_per_rank"][0] and m["mem_peak_per_rank_bytes"] == [None, None]
-    assert m["threads_per_rank"] == [a["threads"], b["threads"]]
+    assert m["threads_per_rank"] == [a.threads, b.threads]
 
 
 @pytest.mark.parametrize("spec, knob, want", [
@@ -125,12 +125,12 @@ def test_two_ranks_over_gloo(mode):
 ])
 def test_rank_threads_split_a_nodes_cpus_among_its_ranks(spec, knob, want):
     variants = [{"mode": "ddp", **knob}]
-    assert rank_threads(WorkerSpec.from_dict({"numel": 2, "variants": variants, **spec})) == want
+    assert rank_threads(WorkerSpec.from_dict({"batch": 2, "variants": variants, **spec})) == want
 
 
 def test_rank_threads_rejects_a_bad_override():
     with pytest.raises(ValueError, match="rank_threads='four': allowed a whole number"):
-        rank_threads(WorkerSpec(numel=2, cpus=(0,), variants=({"rank_threads": "four"},)))
+        rank_threads(WorkerSpec(batch=2, cpus=(0,), variants=({"rank_threads": "four"},)))
 
 
 def test_cpu_only_skips_say_why():
@@ -212,14 +212,14 @@ def test_deepspeed_on_the_cpu_over_gloo(mode):
     c = case(mode=mode, nprocess=2, batch=8, policy=f"bind:{(TOPO.memory_node_ids or (0,))[0]}")
     res = run_case(c, FAM, TOPO, CAPS, rounds=4, warmup=1, timeout_s=600)
     a, b = res.setup_info
-    assert a["backend"] == "gloo" and a["impl"].startswith("DeepSpeed ") and "CPU accelerator" in a["impl"]
-    assert a["setup_losses"] != b["setup_losses"]  # each rank saw its own data
+    assert a.backend == "gloo" and a.impl.startswith("DeepSpeed ") and "CPU accelerator" in a.impl
+    assert a.setup_losses != b.setup_losses  # each rank saw its own data
     if mode == "deepspeed-zero2":  # ZeRO-2 all-gathers the updated partitions: every rank the same model
-        assert a["param_digest"] == b["param_digest"]
+        assert a.param_digest == b.param_digest
     for info in (a, b):
-        assert info["placed"] == "host state"
+        assert info.placed == "host state"
         # AdamW's two moments and the fp32 master weights of this rank's half, on the host
-        assert info["host_state_bytes"] >= 3 * 4 * info["n_params"] // 2 * 0.9, (info["host_state_bytes"], info["n_params"])
+        assert info.host_state_bytes >= 3 * 4 * info.n_params // 2 * 0.9, (info.host_state_bytes, info.n_params)
     assert len(res.placement) == 2 and all(p.verdict is not None and p.verdict.ok for p in res.placement), \
         [p.to_dict() for p in res.placement]
     m = FAM_MOD.metrics(res, "step")
@@ -273,21 +273,21 @@ def test_gpu_modes(mode, dtype):
     res = run_case(c, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=600,
                    spec_extra={"master_addr": "127.0.0.1", "master_port": free_port()})
     infos = res.setup_info
-    assert all(i["backend"] == "nccl" for i in infos)
+    assert all(i.backend == "nccl" for i in infos)
     assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
-    assert all(i["peak_gpu_bytes"] > 0 for i in infos)
+    assert all(i.peak_gpu_bytes > 0 for i in infos)
     if mode == "ddp":
-        assert len({i["param_digest"] for i in infos}) == 1
+        assert len({i.param_digest for i in infos}) == 1
     if mode == "fsdp-offload":
-        assert all(i["placed"] == "host state" and i["host_state_bytes"] > 0 for i in infos)
+        assert all(i.placed == "host state" and i.host_state_bytes > 0 for i in infos)
         # the offloaded state is on the host, the GPU holds far less than params + Adam state
-        assert infos[0]["host_state_bytes"] >= 3 * 4 * infos[0]["n_params"] // n * 0.9
+        assert infos[0].host_state_bytes >= 3 * 4 * infos[0].n_params // n * 0.9
     # ranks on one node split its CPUs (fsdp-offload's optimizer runs there)
     ranks = FAM.ranks(c, TOPO)
     for r, info in zip(ranks, infos):
         if r.cpu_node is not None:
             share = sum(1 for o in ranks if o.cpu_node == r.cpu_node)
-            assert info["threads"] == max(1, len(TOPO.node(r.cpu_node).cpus) // share)
+            assert info.threads == max(1, len(TOPO.node(r.cpu_node).cpus) // share)
     m = FAM_MOD.metrics(res, "step")
     assert m["tokens_per_s"] > 0 and m["tflops"] > 0
 
@@ -304,14 +304,14 @@ def test_gpu_offload_libraries(mode):
     res = run_case(c, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=900,
                    spec_extra={"master_addr": "127.0.0.1", "master_port": free_port()})
     infos = res.setup_info
-    assert all(i["placed"] == "host state" for i in infos)
+    assert all(i.placed == "host state" for i in infos)
     # AdamW's two moments and the fp32 master weights of this rank's share, on the host
-    assert all(i["host_state_bytes"] >= 3 * 4 * i["n_params"] // n * 0.9 for i in infos), \
-        [(i["host_state_bytes"], i["n_params"]) for i in infos]
+    assert all(i.host_state_bytes >= 3 * 4 * i.n_params // n * 0.9 for i in infos), \
+        [(i.host_state_bytes, i.n_params) for i in infos]
     assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
     m = FAM_MOD.metrics(res, "step")
     assert m["tokens_per_s"] > 0
-    assert all(i["mempolicy"]["mode"] == "bind" for i in infos), [i["mempolicy"] for i in infos]
+    assert all(i.mempolicy["mode"] == "bind" for i in infos), [i.mempolicy for i in infos]
     assert m["forward_ms"] > 0 and m["backward_ms"] > 0 and m["optimizer_ms"] > 0
     if mode.startswith("deepspeed-"):  # our CUDA events around engine.step() against DeepSpeed's timer of it
         # the span DeepSpeed's step timer covers (up to its post-step timer bookkeeping), on our clock

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from numabench.cases import Case
+from numabench.errors import UsageError
 from numabench.families import family
 from numabench.families.base import WorkerSpec
 from numabench.machine.capabilities import probe
@@ -42,3 +43,28 @@ def test_every_family_worker_steps_with_the_base_signature():
     base = list(inspect.signature(Worker.step).parameters)
     for key in FAMILIES:
         assert list(inspect.signature(worker_class(key).step).parameters) == base, key
+
+
+def test_a_spec_carries_its_size_as_numel_or_batch_never_both():
+    """A batch family's size is samples (``batch``), the others' elements (``numel``): exactly one."""
+    batch = WorkerSpec(batch=32)
+    assert batch.numel is None and WorkerSpec.from_dict(batch.to_dict()) == batch
+    with pytest.raises(UsageError, match="numel=4 and batch=32: set exactly one"):
+        WorkerSpec(numel=4, batch=32)
+    with pytest.raises(UsageError, match="numel=None and batch=None: set exactly one"):
+        WorkerSpec()
+    with pytest.raises(UsageError, match="batch 0 per rank: must be >= 1"):
+        WorkerSpec(batch=0)
+
+
+@pytest.mark.parametrize("key", ["dataloader", "train_step", "touch", "adam_offload"])
+def test_the_parent_sends_each_family_its_size_where_its_worker_reads_it(key):
+    from numabench.workers.main import check_size
+
+    fam = family(key)
+    spec = WorkerSpec(**fam.spec_size(8))
+    assert (spec.batch, spec.numel) == ((8, None) if fam.size_is_batch else (None, 8))
+    check_size(spec, fam)
+    wrong = WorkerSpec(numel=8) if fam.size_is_batch else WorkerSpec(batch=8)
+    with pytest.raises(ValueError, match=f"family {key}'s size is"):
+        check_size(wrong, fam)

@@ -3,8 +3,12 @@ users select by, a description and what it needs (``numabench plan --list`` and 
 README's family table, numabench.families.listing), its phases (each a pytest-benchmark
 entry), its axes' defaults and requirements, from which the skip reason comes, and its
 hooks), ``WorkerSpec`` (what the parent tells each rank's worker, parsed once) and ``Worker``
-(the worker's side: ``setup() -> dict``, ``step(variant) -> {phase: seconds}``,
-``close()``).
+(the worker's side: ``setup() -> SetupReply`` (the family's frozen subclass, named by
+``Family.setup_reply``, defined torch-free in ``families/<key>/reply.py``; it crosses to the parent
+as JSON and is parsed strictly there: numabench.families.replies), ``step(variant) -> {phase:
+seconds}`` (checked against ``Family.phases`` and ``Family.step_parts`` where the worker makes it),
+``close()``). A family whose size axis is a batch (``Family.size_is_batch``) gets its size per
+rank in ``WorkerSpec.batch``, the others in ``WorkerSpec.numel``.
 
 ``GpuOrCpuFamily``: families that run on GPUs where there are GPUs and on the CPU
 otherwise. It keeps ``rank_kind="gpu"`` (the default nprocess axis is {1, number of
@@ -42,6 +46,7 @@ from numabench.cases import (
     parse_knob,
 )
 from numabench.errors import UsageError
+from numabench.families.replies import SetupReply
 from numabench.numa.policy import Policy
 
 if TYPE_CHECKING:
@@ -57,9 +62,13 @@ USABLE_HOST_SHARE = 0.8
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What one rank's worker is told at set-up (sent as JSON, parsed once in the worker)."""
+    """What one rank's worker is told at set-up (sent as JSON, parsed once in the worker).
 
-    numel: int  # elements per rank (a batch size for the dataloader and train_step)
+    The case's size per rank is ``numel`` (elements) or, for a family whose size axis is a batch
+    (``Family.size_is_batch``: the dataloader, train_step), ``batch`` (samples); exactly one is set."""
+
+    numel: int | None = None  # elements per rank
+    batch: int | None = None  # samples per rank
     dtype: str = "fp32"
     rank: int = 0
     nprocess: int = 1
@@ -79,8 +88,12 @@ class WorkerSpec:
             object.__setattr__(self, "policy", Policy.parse(self.policy))
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r}: allowed {', '.join(DTYPES)}")
-        if self.numel < 1:
-            raise UsageError(f"numel {self.numel} per rank: must be >= 1")
+        if (self.numel is None) == (self.batch is None):
+            raise UsageError(f"WorkerSpec got numel={self.numel} and batch={self.batch}: set exactly one "
+                             "(batch where the family's size axis is a batch, Family.size_is_batch)")
+        for name, value in (("numel", self.numel), ("batch", self.batch)):
+            if value is not None and value < 1:
+                raise UsageError(f"{name} {value} per rank: must be >= 1")
 
     @property
     def itemsize(self) -> int:
@@ -123,20 +136,23 @@ class WorkerSpec:
         known["variants"] = tuple(dict(v) for v in (known.get("variants") or [{}]))
         known["verified"] = dict(known.get("verified") or {})
         known["extra"] = dict(known.get("extra") or {})
-        for key in ("numel", "rank", "nprocess", "cpu_share", "gpu", "cpu_node"):
+        for key in ("numel", "batch", "rank", "nprocess", "cpu_share", "gpu", "cpu_node"):
             if known.get(key) is not None:
                 known[key] = int(known[key])
         return cls(**known)
 
 
 class Worker:
-    """One rank's side of a family (``families/<key>/worker.py`` defines ``Worker``)."""
+    """One rank's side of a family (``families/<key>/worker.py`` defines ``Worker``): ``setup()``
+    returns the family's ``SetupReply`` subclass (``Family.setup_reply``), ``step(variant)`` the
+    seconds per phase (names from ``Family.phases`` and ``Family.step_parts``), ``close()`` frees.
+    numabench.workers.main checks both replies before they cross to the parent."""
 
     def __init__(self, spec: "WorkerSpec | Mapping[str, Any]") -> None:
         from numabench.toolkit.inject import SlowdownPad
 
         self.spec = spec if isinstance(spec, WorkerSpec) else WorkerSpec.from_dict(spec)
-        self.numel = self.spec.numel
+        self.numel = self.spec.numel  # None where the family's size is a batch (spec.batch)
         self.pad = SlowdownPad()  # pads timed phases where the family injects a slowdown
         self.setup_parts_s: dict[str, float] = {}  # where set-up time went (time plans, docs)
         self.verified_now: dict[str, Any] = {}  # checks run here (see verified_once)
@@ -177,12 +193,14 @@ class Worker:
 
         return len(self.spec.cpus) if self.spec.cpus else torch.get_num_threads()
 
-    def setup(self) -> dict:
-        """Allocate, place, touch, check correctness; info for the parent (placement report, limits)."""
+    def setup(self) -> SetupReply:
+        """Allocate, place, touch, check correctness; what the parent needs of it (the placement
+        report, limits, ...) as an instance of the family's ``Family.setup_reply`` class."""
         raise NotImplementedError
 
     def step(self, variant: Mapping[str, str] | None = None) -> dict[str, float]:
-        """One timed round of ``variant``: seconds per phase."""
+        """One timed round of ``variant``: seconds per phase (a ``Family.phases`` or
+        ``Family.step_parts`` name each, finite, >= 0: numabench.families.replies.check_step)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -197,6 +215,14 @@ class Family:
     # shows (numabench.families.listing renders both; a test keeps the README equal to it)
     description: str
     phases: tuple[str, ...]
+    # what its workers' setup() returns (numabench.families.replies): the family's own subclass,
+    # in families/<key>/reply.py (torch-free: the worker and the family's metrics both read it)
+    setup_reply: type[SetupReply] = SetupReply
+    # further times a step returns beside ``phases``, which are not entries of their own (e.g.
+    # train_step's forward/backward/optimizer): its metrics read them from ``CaseResult.phases``
+    step_parts: tuple[str, ...] = ()
+    # the size axis is a batch (samples, WorkerSpec.batch), not elements (WorkerSpec.numel)
+    size_is_batch: bool = False
     # what a case needs to run, in words ("nothing", "a CUDA GPU per rank", optional packages);
     # the skip reasons (``skip_reason``) are what enforces it
     needs: str = "nothing"
@@ -240,6 +266,14 @@ class Family:
     ci_sizes: tuple[int, ...] | None = None
     ci_axis_values: dict[str, tuple[str, ...]] = field(default_factory=dict)
     ci_gpu_dtypes: tuple[str, ...] | None = None  # the ci tier's dtypes where the machine has GPUs
+
+    def step_names(self) -> tuple[str, ...]:
+        """The names a step may return: its phases, then its step parts."""
+        return self.phases + self.step_parts
+
+    def spec_size(self, per_rank: int) -> dict[str, int]:
+        """The WorkerSpec field that carries a case's size per rank: ``batch`` or ``numel``."""
+        return {"batch": per_rank} if self.size_is_batch else {"numel": per_rank}
 
     def axis_values(self, overrides: dict[str, list[str]] | None = None) -> dict[str, tuple[str, ...]]:
         """The extra axes' values for a run: defaults, or what --numa-axis names (validated)."""

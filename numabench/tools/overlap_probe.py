@@ -142,7 +142,7 @@ def measure(numel: int, dtype: str, schedules: Sequence[Schedule], rounds: int =
                 t = p.run(fn, w._hyper())["step"]
                 if r >= 2:
                     times[label].append(t)
-        bound = max(4 * numel * item / (info["limit_h2d_GBps"] * 1e9), 3 * numel * item / (info["limit_d2h_GBps"] * 1e9))
+        bound = max(4 * numel * item / (info.limit_h2d_GBps * 1e9), 3 * numel * item / (info.limit_d2h_GBps * 1e9))
         rows = []
         serial = statistics.median(times["serial"])
         for label, ts in times.items():

@@ -1,8 +1,13 @@
 """Worker entry point: ``python -m numabench.workers.main FAMILY`` (argv[1]).
 
 Each family's ``worker.py`` provides ``Worker(spec)`` (numabench.families.base.Worker:
-``setup() -> dict``, ``step(variant=...) -> {phase: seconds}``, ``close()``); the
-spec arrives as JSON and is parsed here, once, into a ``WorkerSpec``.
+``setup() -> SetupReply``, ``step(variant=...) -> {phase: seconds}``, ``close()``); the
+spec arrives as JSON and is parsed here, once, into a ``WorkerSpec``. Both replies are
+checked here, where they are made, so that a broken one is this worker's error: setup's must
+be an instance of the family's ``Family.setup_reply`` class; it goes back wrapped in a
+``SetupDone`` (the checks run here, this process's CPUs, a ``SetupTiming``), as JSON; a step's
+phase names must be the family's phases or step parts and its times finite and >= 0
+(numabench.families.replies).
 
 Fault injection (tests of the suite itself): env ``NUMABENCH_FAULT``, see
 numabench.faults. Faults fire here, for every family: ``setup`` ones after the
@@ -25,7 +30,8 @@ import traceback
 
 from numabench import faults as faultlib
 from numabench.families import FAMILIES, family, worker_class
-from numabench.families.base import WorkerSpec
+from numabench.families.base import Family, WorkerSpec
+from numabench.families.replies import SetupDone, SetupReply, SetupTiming, check_step
 from numabench.interrupts import restore_interrupts
 from numabench.toolkit.inject import SLOWDOWN_ENV, slowdown_factor
 from numabench.workers.protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
@@ -60,6 +66,22 @@ def check_affinity(spec: WorkerSpec) -> list[int]:
     return affinity
 
 
+def check_size(spec: WorkerSpec, fam: Family) -> None:
+    """The spec carries the case's size where the family reads it (``batch`` or ``numel``)."""
+    if fam.size_is_batch and spec.batch is None:
+        raise ValueError(f"family {fam.key}'s size is a batch: its WorkerSpec needs batch, got numel={spec.numel}")
+    if not fam.size_is_batch and spec.numel is None:
+        raise ValueError(f"family {fam.key}'s size is in elements: its WorkerSpec needs numel, got batch={spec.batch}")
+
+
+def setup_reply(info: SetupReply, fam: Family) -> SetupReply:
+    """``info`` if it is of the family's reply class, else a TypeError naming both."""
+    if not isinstance(info, fam.setup_reply):
+        raise TypeError(f"{fam.key}'s Worker.setup() returned {type(info).__name__}: allowed "
+                        f"{fam.setup_reply.__name__} (Family.setup_reply)")
+    return info
+
+
 def main() -> int:
     main_at = time.time()  # the parent's spawn time minus this: interpreter start and imports
     restore_interrupts()
@@ -86,6 +108,7 @@ def main() -> int:
                     raise fault_error
                 spec = WorkerSpec.from_dict(msg["spec"])
                 rank, gpu = spec.rank, spec.gpu
+                check_size(spec, family(key))
                 if slowdown_factor() != 1.0 and not family(key).injects_slowdown:
                     raise ValueError(f"{SLOWDOWN_ENV} is not supported by family {key!r}: allowed for "
                                      f"{', '.join(injecting_families())}")
@@ -93,17 +116,17 @@ def main() -> int:
                 t0 = time.perf_counter()
                 worker = worker_class(key)(spec)
                 t1 = time.perf_counter()
-                info = worker.setup()
+                info = setup_reply(worker.setup(), family(key))
                 faultlib.fire(faults, "setup", None, rank, gpu)
-                info["verified"] = worker.verified_now
-                info.setdefault("affinity", affinity)
-                info["timing"] = {"main_at": main_at, "import_s": t1 - t0,
-                                  "setup_s": time.perf_counter() - t1, "parts_s": worker.setup_parts_s}
-                reply = {"ok": True, "info": info}
+                timing = SetupTiming(main_at=main_at, import_s=t1 - t0, setup_s=time.perf_counter() - t1,
+                                     parts_s=worker.setup_parts_s)
+                done = SetupDone(info=info, verified=worker.verified_now, affinity=affinity, timing=timing)
+                reply = {"ok": True, "info": done.to_dict()}
             elif op == OP_STEP:
                 nstep += 1
                 faultlib.fire(faults, "step", nstep, rank, gpu)
-                reply = {"ok": True, "times": worker.step(msg.get("variant") or None)}
+                times = check_step(worker.step(msg.get("variant") or None), family(key).step_names())
+                reply = {"ok": True, "times": times}
             elif op == OP_EXIT:
                 if worker is not None:
                     worker.close()

@@ -16,10 +16,11 @@ from numabench import faults as faultlib
 from numabench.cases import Case, CaseResult, Rank, RankPlacement, retired_env_error
 from numabench.errors import PlacementError, UsageError
 from numabench.families.base import Family, WorkerSpec
+from numabench.families.replies import SetupDone
 from numabench.machine.capabilities import Capabilities
 from numabench.machine.topology import Topology
 from numabench.numa.launch import build_command, worker_env
-from numabench.numa.placement import Expectation, PlacementReport, compare
+from numabench.numa.placement import Expectation, compare
 from numabench.numa.weights import WeightSetting
 from numabench.toolkit.inject import slowdown_factor
 
@@ -82,7 +83,7 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
         how = how_r if how in ("none", how_r) else "mixed"
         commands.append(cmd)
         specs.append(WorkerSpec(
-            rank=r.index, nprocess=case.nprocess, gpu=r.gpu, numel=case.numel_per_rank, dtype=case.dtype,
+            rank=r.index, nprocess=case.nprocess, gpu=r.gpu, **family.spec_size(case.numel_per_rank), dtype=case.dtype,
             policy=policy, cpu_node=r.cpu_node, variants=tuple(dict(v) for v in variants),
             cpus=tuple(r.cpus) if r.cpus else tuple(topology.node(r.cpu_node).cpus) if r.cpu_node is not None
             else None,
@@ -95,15 +96,15 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     results = []
     t0 = time.perf_counter()
     with weights, WorkerGroup(commands, worker_env(), timeout_s=timeout_s) as group:
-        infos = group.setup([spec.to_dict() for spec in specs])
+        dones = [SetupDone.from_dict(d, family.setup_reply) for d in group.setup([s.to_dict() for s in specs])]
         if verified is not None:
-            for info in infos:
-                verified.update(info.get("verified") or {})
+            for done in dones:
+                verified.update(done.verified)
         t_checks = time.perf_counter()
-        parts = fixed_parts(infos, group.started_at)
+        parts = fixed_parts(dones, group.started_at)
         placements = []
-        for r, policy, info in zip(ranks, resolved, infos):
-            report = PlacementReport.from_dict(info["placement"])
+        for r, policy, done in zip(ranks, resolved, dones):
+            report = done.info.placement
             expected = policy.expectation(cpu_node=r.cpu_node)
             if any(f.rank in (None, r.index) for f in misplace):  # fault injection: a promise nobody keeps
                 expected = Expectation(within=(max(topology.node_ids, default=0) + 1,))
@@ -135,7 +136,8 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
         for k, variant in enumerate(variants):
             results.append(CaseResult(case=Case(case.family, case.nprocess, case.numel, case.policy, case.dtype,
                                                 variant),
-                                      phases=phases[k], per_rank=per_rank[k], setup_info=infos,
+                                      phases=phases[k], per_rank=per_rank[k],
+                                      setup_info=[d.info for d in dones], affinity=[d.affinity for d in dones],
                                       placement=placements, launcher=how, commands=commands, slowdown=slowdown))
     # The run's cost, for time plans: fixed (start, set-up, checks, teardown) and per step request
     t_end = time.perf_counter()
@@ -148,15 +150,15 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     return results
 
 
-def fixed_parts(infos: list[dict[str, Any]], started_at: float) -> dict[str, float]:
+def fixed_parts(dones: list[SetupDone], started_at: float) -> dict[str, float]:
     """The slowest rank's start-up and set-up parts (each rank's ``timing`` from workers.main)."""
-    timings = [i.get("timing") or {} for i in infos]
+    timings = [d.timing for d in dones]
     parts: dict[str, float] = {}
-    if all("main_at" in t for t in timings):
-        parts["start"] = max(t["main_at"] for t in timings) - started_at
-    for key in ("import_s", "setup_s"):
-        parts[key[:-2]] = max((t.get(key, 0.0) for t in timings), default=0.0)
+    if timings:
+        parts["start"] = max(t.main_at for t in timings) - started_at
+    parts["import"] = max((t.import_s for t in timings), default=0.0)
+    parts["setup"] = max((t.setup_s for t in timings), default=0.0)
     for t in timings:
-        for name, v in (t.get("parts_s") or {}).items():
+        for name, v in t.parts_s.items():
             parts[f"setup.{name}"] = max(parts.get(f"setup.{name}", 0.0), v)
     return parts

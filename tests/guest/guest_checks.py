@@ -129,7 +129,7 @@ def check_placement() -> dict:
                         launcher_used=res.launcher, command=res.commands[0],
                         bytes=p.report.total_bytes, untouched=p.report.untouched_bytes,
                         percent=p.report.to_dict()["percent_by_node"],
-                        numa_maps_percent=res.setup_info[0]["numa_maps"]["percent_by_node"],
+                        numa_maps_percent=res.setup_info[0].numa_maps.to_dict()["percent_by_node"],
                         expected=policy_expectation(policy).describe(),
                         ok=bool(p.verdict and p.verdict.ok),
                         deviation_pp=round(p.verdict.deviation_pp, 3) if p.verdict else None,

@@ -3,6 +3,7 @@ policy, copied to the GPU, stepped by a fused kernel, copied back."""
 from __future__ import annotations
 
 from numabench.cases import CaseResult
+from numabench.families.adam_offload.reply import AdamOffloadReply
 from numabench.families.base import Family
 
 # Qwen2.5-7B partition sizes, as the seed benchmark uses.
@@ -13,6 +14,7 @@ DEFAULT_WARMUP = 3
 
 def metrics(result: CaseResult, phase: str) -> dict:
     infos = result.setup_info
+    info = infos[0]
     itemsize = result.case.itemsize
     n = result.case.numel_per_rank * result.case.nprocess
     med = result.median(phase)
@@ -21,31 +23,31 @@ def metrics(result: CaseResult, phase: str) -> dict:
     out = {
         "bytes": moved,
         "GBps": round(moved / med / 1e9, 3),
-        "limit_h2d_GBps_per_rank": [round(i["limit_h2d_GBps"], 2) for i in infos],
-        "limit_d2h_GBps_per_rank": [round(i["limit_d2h_GBps"], 2) for i in infos],
-        "limit_d2d_GBps_per_rank": [round(i["limit_d2d_GBps"], 1) for i in infos],
-        "limit_bidir_h2d_GBps_per_rank": [round(i["limit_bidir_h2d_GBps"], 2) for i in infos],
-        "limit_bidir_d2h_GBps_per_rank": [round(i["limit_bidir_d2h_GBps"], 2) for i in infos],
-        "max_rel_error": infos[0]["max_rel_error"],
-        "alloc": infos[0]["alloc"],
-        "chunk_elems": infos[0]["chunk_elems"],
-        "device": infos[0]["device_name"],
+        "limit_h2d_GBps_per_rank": [round(i.limit_h2d_GBps, 2) for i in infos],
+        "limit_d2h_GBps_per_rank": [round(i.limit_d2h_GBps, 2) for i in infos],
+        "limit_d2d_GBps_per_rank": [round(i.limit_d2d_GBps, 1) for i in infos],
+        "limit_bidir_h2d_GBps_per_rank": [round(i.limit_bidir_h2d_GBps, 2) for i in infos],
+        "limit_bidir_d2h_GBps_per_rank": [round(i.limit_bidir_d2h_GBps, 2) for i in infos],
+        "max_rel_error": info.max_rel_error,
+        "alloc": info.alloc,
+        "chunk_elems": info.chunk_elems,
+        "device": info.device_name,
     }
     if phase == "compute":
-        out["pct_of_d2d"] = round(100 * (moved / result.case.nprocess / med / 1e9) / infos[0]["limit_d2d_GBps"], 1)
+        out["pct_of_d2d"] = round(100 * (moved / result.case.nprocess / med / 1e9) / info.limit_d2d_GBps, 1)
     elif phase in ("h2d", "d2h"):
-        out[f"pct_of_pinned_{phase}"] = round(
-            100 * (moved / result.case.nprocess / med / 1e9) / infos[0][f"limit_{phase}_GBps"], 1)
+        limit = info.limit_h2d_GBps if phase == "h2d" else info.limit_d2h_GBps
+        out[f"pct_of_pinned_{phase}"] = round(100 * (moved / result.case.nprocess / med / 1e9) / limit, 1)
     elif phase == "step":
         # The step cannot beat the slower of its two one-way transfers (PCIe is full duplex).
-        bound = max(4 * result.case.numel_per_rank * itemsize / (infos[0]["limit_h2d_GBps"] * 1e9),
-                    3 * result.case.numel_per_rank * itemsize / (infos[0]["limit_d2h_GBps"] * 1e9))
+        bound = max(4 * result.case.numel_per_rank * itemsize / (info.limit_h2d_GBps * 1e9),
+                    3 * result.case.numel_per_rank * itemsize / (info.limit_d2h_GBps * 1e9))
         out["lower_bound_s"] = bound
         out["ratio_to_lower_bound"] = round(med / bound, 3)
         # The same bound with the rates both directions reach at once (host memory and
         # the root complex may not sustain full duplex): what overlap can really reach.
-        bidir = max(4 * result.case.numel_per_rank * itemsize / (infos[0]["limit_bidir_h2d_GBps"] * 1e9),
-                    3 * result.case.numel_per_rank * itemsize / (infos[0]["limit_bidir_d2h_GBps"] * 1e9))
+        bidir = max(4 * result.case.numel_per_rank * itemsize / (info.limit_bidir_h2d_GBps * 1e9),
+                    3 * result.case.numel_per_rank * itemsize / (info.limit_bidir_d2h_GBps * 1e9))
         out["ratio_to_bidir_lower_bound"] = round(med / bidir, 3)
     return out
 
@@ -63,6 +65,7 @@ FAMILY = Family(
                  "request)"),
     needs="a CUDA GPU per rank",
     phases=("h2d", "compute", "d2h", "step"),
+    setup_reply=AdamOffloadReply,
     round_phases=("step",),
     ci_axis_values={"impl": ("ours",)},  # torch's kernel is a reference, compared in the full tier
     needs_gpu=True,

@@ -12,6 +12,7 @@ at once).
 """
 from __future__ import annotations
 
+from numabench.families.adam_offload.reply import AdamOffloadReply
 from numabench.families.adam_offload.schedule import OverlappedStep, Schedule
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
@@ -101,7 +102,7 @@ class Worker(BaseWorker):
         self.step_no = 0
 
     # -- setup -------------------------------------------------------------------
-    def setup(self) -> dict:
+    def setup(self) -> AdamOffloadReply:
         import torch
 
         from numabench.kernels import cuda_adam
@@ -143,18 +144,18 @@ class Worker(BaseWorker):
         ranges = [(b.address, b.nbytes) for b in self.host.values()]
         with self.setup_part("placement"):
             placement = pages_report(ranges)
-            maps = numa_maps_report(ranges=ranges).to_dict()
+            maps = numa_maps_report(ranges=ranges)
         self.streams = [torch.cuda.Stream(self.device) for _ in range(3)]
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         self.overlapped = OverlappedStep(self.device, Schedule(self.chunk), self.host, self.dev,
                                          streams=self.streams)
         with self.setup_part("limits"):
             limits = self._copy_limits()
-        return {"placement": placement.to_dict(), "numa_maps": maps,
-                "bytes_h2d": 4 * self.numel * self.host["param"].tensor.element_size(),
-                "bytes_d2h": 3 * self.numel * self.host["param"].tensor.element_size(),
-                "max_rel_error": errors, "alloc": self.alloc, "chunk_elems": self.chunk,
-                "device_name": torch.cuda.get_device_name(self.device), **limits}
+        return AdamOffloadReply(placement=placement, numa_maps=maps,
+                                bytes_h2d=4 * self.numel * self.host["param"].tensor.element_size(),
+                                bytes_d2h=3 * self.numel * self.host["param"].tensor.element_size(),
+                                max_rel_error=errors, alloc=self.alloc, chunk_elems=self.chunk,
+                                device_name=torch.cuda.get_device_name(self.device), **limits)
 
     def _copy_limits(self) -> dict:
         """The ceilings each phase is judged against, measured in this run: pinned

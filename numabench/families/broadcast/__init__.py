@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from numabench.cases import Case, CaseResult
 from numabench.families.base import Family
+from numabench.families.broadcast.reply import BroadcastReply
 
 DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
@@ -52,16 +53,16 @@ def _one_process(case: Case) -> str | None:
 
 def metrics(result: CaseResult, phase: str) -> dict:
     info = result.setup_info[0]
-    nbytes = info["bytes"]
-    ngpu = info["ngpus"]
+    nbytes = info.bytes
+    ngpu = info.ngpus
     med = result.median(phase)
     return {
         "bytes": nbytes, "ngpus": ngpu,
         "GBps": round(nbytes / med / 1e9, 3),  # source bytes broadcast per second
         "delivered_GBps": round(nbytes * ngpu / med / 1e9, 3),  # bytes landed on all GPUs per second
         "method": result.case.param("method", "pageable"),
-        "chunk_bytes": info["chunk_bytes"], "peer_access": info["peer_access"],
-        "checksum": info["checksum"], "devices": info["devices"],
+        "chunk_bytes": info.chunk_bytes, "peer_access": info.peer_access,
+        "checksum": info.checksum, "devices": info.devices,
     }
 
 
@@ -71,6 +72,7 @@ FAMILY = Family(
                  "GPU, pipelined through double-buffered pinned staging, relayed by GPU 0 over peer links"),
     needs="2+ GPUs",
     phases=("broadcast",),
+    setup_reply=BroadcastReply,
     needs_gpu=True,
     min_gpus_per_case=lambda case: 2,
     default_sizes=(16 * 2**20, 256 * 2**20),

@@ -13,6 +13,7 @@ import time
 
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
+from numabench.families.broadcast.reply import BroadcastReply
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.toolkit.hostmem import allocate
 
@@ -57,7 +58,7 @@ class Worker(BaseWorker):
             if m not in ("pageable", "pinned", "pipelined", "relay"):
                 raise ValueError(f"unknown method {m!r}: allowed pageable, pinned, pipelined, relay")
 
-    def setup(self) -> dict:
+    def setup(self) -> BroadcastReply:
         import torch
 
         self.ngpu = torch.cuda.device_count()
@@ -100,10 +101,10 @@ class Worker(BaseWorker):
                     raise RuntimeError(f"broadcast method {m}: GPU {i}'s copy differs from the source "
                                        f"(first differing {CHECK_BLOCK}-word block {bad})")
         ranges = [(b.address, b.nbytes) for b in host]
-        return {"placement": pages_report(ranges).to_dict(), "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
-                "bytes": self.nbytes, "ngpus": self.ngpu, "chunk_bytes": self.chunk * itemsize,
-                "peer_access": peer, "checksum": int(want.sum()), "methods": self.methods,
-                "devices": [torch.cuda.get_device_name(d) for d in self.devs]}
+        return BroadcastReply(placement=pages_report(ranges), numa_maps=numa_maps_report(ranges=ranges),
+                              bytes=self.nbytes, ngpus=self.ngpu, chunk_bytes=self.chunk * itemsize,
+                              peer_access=peer, checksum=int(want.sum()), methods=list(self.methods),
+                              devices=[torch.cuda.get_device_name(d) for d in self.devs])
 
     def _sync_all(self) -> None:
         import torch

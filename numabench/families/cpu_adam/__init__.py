@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from numabench.cases import CaseResult
 from numabench.families.base import Family
+from numabench.families.cpu_adam.reply import CpuAdamReply
 
 DEFAULT_ROUNDS = 15
 DEFAULT_WARMUP = 2
@@ -31,8 +32,8 @@ def metrics(result: CaseResult, phase: str) -> dict:
     med = result.median(phase)
     info = result.setup_info[0]
     return {"bytes": per_elem * n, "bytes_per_element": per_elem, "GBps": round(per_elem * n / med / 1e9, 3),
-            "write_allocate_counted": False, "threads_per_rank": info["threads"], "simd": info["simd"],
-            "max_rel_error": info["max_rel_error"]}
+            "write_allocate_counted": False, "threads_per_rank": info.threads, "simd": info.simd,
+            "max_rel_error": info.max_rel_error}
 
 
 FAMILY = Family(
@@ -44,6 +45,7 @@ FAMILY = Family(
                  "torch fused, torch foreach, DeepSpeedCPUAdam if installed"),
     needs="nothing (`numabench[deepspeed]` for DeepSpeed's)",
     phases=("step",),
+    setup_reply=CpuAdamReply,
     rank_kind="cpu-node",
     default_sizes=(16 * 2**20,),  # 64 MiB per fp32 tensor: well past a 32 MiB L3
     default_dtypes=("fp32",),

@@ -16,6 +16,7 @@ import time
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
 from numabench.families.cpu_adam import IMPLS
+from numabench.families.cpu_adam.reply import CpuAdamReply
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.toolkit.hostmem import allocate
 
@@ -36,7 +37,7 @@ class Worker(BaseWorker):
         self.threads = self.cpu_threads()
         self.step_no = 0
 
-    def setup(self) -> dict:
+    def setup(self) -> CpuAdamReply:
         import torch
 
         from numabench.kernels import cpu_adam
@@ -77,11 +78,11 @@ class Worker(BaseWorker):
                                        adamw_mode=False)
             self.ds.state[p] = {"step": 0, "exp_avg": t["exp_avg"].tensor, "exp_avg_sq": t["exp_avg_sq"].tensor}
         ranges = [(b.address, b.nbytes) for b in self.host.values()]
-        return {"placement": pages_report(ranges).to_dict(), "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
-                "threads": self.threads, "max_rel_error": errors,
-                # our kernel's SIMD level, where it is loaded (torch's and DeepSpeed's impls never need it)
-                "simd": cpu_adam.simd_level() if impls & {"ours", "ours+copy"} else None,
-                "bytes_per_element": {"plain": 7 * self.host["param"].tensor.element_size()}}
+        return CpuAdamReply(placement=pages_report(ranges), numa_maps=numa_maps_report(ranges=ranges),
+                            threads=self.threads, max_rel_error=errors,
+                            # our kernel's SIMD level, where it is loaded (torch's and DeepSpeed's impls never need it)
+                            simd=cpu_adam.simd_level() if impls & {"ours", "ours+copy"} else None,
+                            bytes_per_element={"plain": 7 * self.host["param"].tensor.element_size()})
 
     def step(self, variant: dict | None = None) -> dict[str, float]:
         import torch

@@ -16,6 +16,7 @@ import statistics
 
 from numabench.cases import CaseResult
 from numabench.families.base import GpuOrCpuFamily
+from numabench.families.dataloader.reply import DataloaderReply
 
 DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
@@ -38,7 +39,7 @@ def metrics(result: CaseResult, phase: str) -> dict:
     infos = result.setup_info
     info = infos[0]
     per_batch = [t for t in result.phases[phase]]
-    samples = info["batch_per_rank"] * result.case.nprocess
+    samples = info.batch_per_rank * result.case.nprocess
     med = result.median(phase)
     rates = [samples / t for t in per_batch]
     h2d = statistics.median(result.phases["h2d"]) if "h2d" in result.phases else None
@@ -46,16 +47,16 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "samples_per_s": round(samples / med, 2),
         "samples_per_s_mean": round(statistics.mean(rates), 2),
         "samples_per_s_std": round(statistics.stdev(rates), 2) if len(rates) > 1 else 0.0,
-        "batch_per_rank": info["batch_per_rank"], "image_side": info["image_side"],
-        "bytes_per_batch_per_rank": info["bytes_per_batch"],
-        "GBps": round(info["bytes_per_batch"] * result.case.nprocess / med / 1e9, 3),
+        "batch_per_rank": info.batch_per_rank, "image_side": info.image_side,
+        "bytes_per_batch_per_rank": info.bytes_per_batch,
+        "GBps": round(info.bytes_per_batch * result.case.nprocess / med / 1e9, 3),
         "copy_median_s": h2d,
-        "copy_GBps": round(info["bytes_per_batch"] / h2d / 1e9, 3) if h2d else None,
-        "num_workers": info["num_workers"], "batches_per_round": info["batches_per_round"],
-        "pin_memory": info["pin_memory"], "device": info["device_name"], "binding": info["binding"],
-        "loader_worker_affinity_per_rank": [sorted({c for r in i["loader_workers"] for c in r["affinity"]})
+        "copy_GBps": round(info.bytes_per_batch / h2d / 1e9, 3) if h2d else None,
+        "num_workers": info.num_workers, "batches_per_round": info.batches_per_round,
+        "pin_memory": info.pin_memory, "device": info.device_name, "binding": info.binding,
+        "loader_worker_affinity_per_rank": [sorted({c for r in i.loader_workers for c in r.affinity})
                                             for i in infos],
-        "loader_worker_mempolicy_per_rank": [sorted({r["mempolicy_mode_name"] for r in i["loader_workers"]})
+        "loader_worker_mempolicy_per_rank": [sorted({r.mempolicy_mode_name for r in i.loader_workers})
                                              for i in infos],
     }
 
@@ -66,6 +67,9 @@ FAMILY = GpuOrCpuFamily(
                  "`worker_init_fn`) or unbound; samples/s into the GPU, or into host memory without one"),
     needs="nothing (GPU optional)",
     phases=("batch",),
+    setup_reply=DataloaderReply,
+    step_parts=("h2d",),  # the copy of each batch to its destination (copy_median_s, copy_GBps)
+    size_is_batch=True,
     rank_kind="gpu",
     default_sizes=(32, 256),
     default_dtypes=("fp32",),

@@ -43,6 +43,7 @@ import time
 
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
+from numabench.families.dataloader.reply import DataloaderReply, LoaderWorkerReport
 from numabench.numa import mempolicy
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.numa.policy import Policy
@@ -113,7 +114,7 @@ class Worker(BaseWorker):
 
         self.cuda = spec.gpu is not None
         self.device = torch.device("cuda", spec.gpu) if self.cuda else torch.device("cpu")
-        self.batch = spec.numel  # samples per batch for this rank
+        self.batch = spec.batch  # samples per batch for this rank
         variants = spec.variants
         self.binding = variants[0].get("binding", "bound")
         if self.binding not in ("bound", "unbound"):
@@ -126,7 +127,7 @@ class Worker(BaseWorker):
         self.loader = self.it = None
         self.host_dest = None
 
-    def setup(self) -> dict:
+    def setup(self) -> DataloaderReply:
         import torch
         from torch.utils.data import DataLoader
 
@@ -179,11 +180,12 @@ class Worker(BaseWorker):
             ranges.append((self.host_dest.address, self.host_dest.nbytes))
         placement = pages_report(ranges)
         del x, y
-        return {"placement": placement.to_dict(), "numa_maps": numa_maps_report().to_dict(),
-                "loader_workers": reports, "binding": self.binding, "batch_per_rank": self.batch,
-                "bytes_per_batch": numel * 4, "device": str(self.device), "pin_memory": self.cuda,
-                "main_affinity": sorted(os.sched_getaffinity(0)),
-                "device_name": torch.cuda.get_device_name(self.device) if self.cuda else "cpu", **s}
+        return DataloaderReply(placement=placement, numa_maps=numa_maps_report(),
+                               loader_workers=[LoaderWorkerReport.from_dict(r) for r in reports],
+                               binding=self.binding, batch_per_rank=self.batch, bytes_per_batch=numel * 4,
+                               device=str(self.device), pin_memory=self.cuda,
+                               main_affinity=sorted(os.sched_getaffinity(0)),
+                               device_name=torch.cuda.get_device_name(self.device) if self.cuda else "cpu", **s)
 
     def _read_reports(self, n: int) -> list[dict]:
         deadline = time.monotonic() + REPORT_WAIT_S

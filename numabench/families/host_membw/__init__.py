@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from numabench.cases import CaseResult
 from numabench.families.base import Family
+from numabench.families.host_membw.reply import HostMembwReply
 from numabench.kernels.stream import BYTES_PER_ELEMENT  # write-allocate reads are not counted
 
 DEFAULT_ROUNDS = 15
@@ -19,7 +20,7 @@ def metrics(result: CaseResult, phase: str) -> dict:
     per_elem = BYTES_PER_ELEMENT[kernel]
     med = result.median(phase)
     return {"bytes": per_elem * n, "GBps": round(per_elem * n / med / 1e9, 3), "write_allocate_counted": False,
-            "threads_per_rank": result.setup_info[0]["threads"]}
+            "threads_per_rank": result.setup_info[0].threads}
 
 
 FAMILY = Family(
@@ -29,6 +30,7 @@ FAMILY = Family(
                  "threads to policy-placed fp32 arrays: the ceiling cpu_adam is judged by"),
     needs="nothing",
     phases=("time",),
+    setup_reply=HostMembwReply,
     rank_kind="cpu-node",
     default_sizes=(16 * 2**20,),  # 64 MiB per array, like cpu_adam's default
     default_dtypes=("fp32",),

@@ -11,6 +11,7 @@ import time
 
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
+from numabench.families.host_membw.reply import HostMembwReply
 from numabench.kernels import stream
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.toolkit.hostmem import allocate
@@ -22,7 +23,7 @@ class Worker(BaseWorker):
         super().__init__(spec)
         self.threads = self.cpu_threads()
 
-    def setup(self) -> dict:
+    def setup(self) -> HostMembwReply:
         import torch
 
         torch.set_num_threads(self.threads)
@@ -37,8 +38,8 @@ class Worker(BaseWorker):
         if not torch.allclose(a, b + 3.0 * c):
             raise AssertionError("stream triad disagrees with torch")
         ranges = [(x.address, x.nbytes) for x in self.bufs]
-        return {"placement": pages_report(ranges).to_dict(), "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
-                "threads": self.threads, "bytes_per_array": self.bufs[0].nbytes}
+        return HostMembwReply(placement=pages_report(ranges), numa_maps=numa_maps_report(ranges=ranges),
+                              threads=self.threads, bytes_per_array=self.bufs[0].nbytes)
 
     def step(self, variant: dict | None = None) -> dict[str, float]:
         kernel = (variant or {}).get("kernel", "triad")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from numabench.cases import CaseResult
 from numabench.families.base import Family
+from numabench.families.pinned_alloc.reply import PinnedAllocReply
 
 DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 1
@@ -48,23 +49,23 @@ ALLOCATORS = ("register", "torch", "cudahostalloc")
 def metrics(result: CaseResult, phase: str) -> dict:
     case = result.case
     alloc = case.param("allocator", "register")
-    per_rank = [info["allocators"][alloc] for info in result.setup_info]
-    req = per_rank[0]["requested_bytes"]
+    per_rank = [info.allocators[alloc] for info in result.setup_info]
+    req = per_rank[0].requested_bytes
     med = result.median(phase)
-    honours = [r["honours_policy"] for r in per_rank]
+    honours = [r.honours_policy for r in per_rank]
     return {
         "allocator": alloc,
         "requested_bytes": req,
-        "reserved_bytes": per_rank[0]["reserved_bytes"],
-        "resident_bytes": per_rank[0]["resident_bytes"],
-        "reserved_over_requested": round(per_rank[0]["reserved_bytes"] / req, 4),
-        "torch_host_stats_bytes": per_rank[0].get("torch_host_stats_bytes"),
+        "reserved_bytes": per_rank[0].reserved_bytes,
+        "resident_bytes": per_rank[0].resident_bytes,
+        "reserved_over_requested": round(per_rank[0].reserved_bytes / req, 4),
+        "torch_host_stats_bytes": per_rank[0].torch_host_stats_bytes,
         "GBps": round(req * case.nprocess / med / 1e9, 3),  # bytes made usable (or given back) per second
         "honours_policy": None if all(h is None for h in honours) else all(h is not False for h in honours),
         "honours_policy_per_rank": honours,
-        "placement_per_rank": [r["placement"] for r in per_rank],
-        "placement_message": [r["message"] for r in per_rank],
-        "how": per_rank[0]["how"],
+        "placement_per_rank": [r.placement.to_dict() for r in per_rank],
+        "placement_message": [r.message for r in per_rank],
+        "how": per_rank[0].how,
     }
 
 
@@ -75,6 +76,7 @@ FAMILY = Family(
                  "`cudaHostAlloc`); reserved bytes, and whether each honours the policy"),
     needs="a CUDA GPU per rank",
     phases=("alloc", "free"),
+    setup_reply=PinnedAllocReply,
     needs_gpu=True,
     default_sizes=(1835008, 67895296),
     default_dtypes=("fp32",),

@@ -19,6 +19,7 @@ import time
 
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
+from numabench.families.pinned_alloc.reply import AllocatorReport, PinnedAllocReply
 from numabench.numa.placement import Expectation, compare, pages_report
 from numabench.numa.policy import Policy
 
@@ -168,7 +169,7 @@ class Worker(BaseWorker):
                 raise RuntimeError(f"cudaFreeHost failed with CUDA error {err}")
 
     # -- setup: one of each, measured ---------------------------------------------------
-    def setup(self) -> dict:
+    def setup(self) -> PinnedAllocReply:
         import torch
 
         torch.cuda.set_device(self.device)
@@ -198,19 +199,18 @@ class Worker(BaseWorker):
             req = pages_report([(addr, self.nbytes)])
             whole = pages_report([(addr, reserved)])
             verdict = compare(req, expected) if expected else None
-            report[kind] = {
-                "requested_bytes": self.nbytes, "reserved_bytes": reserved,
-                "resident_bytes": whole.total_bytes,
-                "torch_host_stats_bytes": (stats1 - stats0) if stats0 is not None and stats1 is not None else None,
-                "placement": req.to_dict(), "honours_policy": verdict.ok if verdict else None,
-                "message": verdict.message if verdict else "the policy promises no node", "how": how,
-            }
+            report[kind] = AllocatorReport(
+                requested_bytes=self.nbytes, reserved_bytes=reserved, resident_bytes=whole.total_bytes,
+                torch_host_stats_bytes=(stats1 - stats0) if stats0 is not None and stats1 is not None else None,
+                placement=req, honours_policy=verdict.ok if verdict else None,
+                message=verdict.message if verdict else "the policy promises no node", how=how,
+            )
             if kind == "register":
                 placement = req
             self._drop(kind, buf)
         assert placement is not None
-        return {"placement": placement.to_dict(), "allocators": report, "bytes": self.nbytes,
-                "device_name": torch.cuda.get_device_name(self.device)}
+        return PinnedAllocReply(placement=placement, allocators=report, bytes=self.nbytes,
+                                device_name=torch.cuda.get_device_name(self.device))
 
     # -- one timed round -----------------------------------------------------------------
     def step(self, variant: dict | None = None) -> dict[str, float]:

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from numabench.cases import CaseResult
 from numabench.families.base import Family
+from numabench.families.touch.reply import TouchReply
 
 
 def metrics(result: CaseResult, phase: str) -> dict:
-    nbytes = sum(info["bytes"] for info in result.setup_info)
+    nbytes = sum(info.bytes for info in result.setup_info)
     med = result.median(phase)
     return {"bytes_per_round": nbytes, "GBps": round(nbytes / med / 1e9, 3)}
 
@@ -17,6 +18,7 @@ FAMILY = Family(
                  "the simplest placed case)"),
     needs="nothing",
     phases=("write",),
+    setup_reply=TouchReply,
     rank_kind="cpu-node",
     default_sizes=(64 * 2**20,),
     default_dtypes=("fp32",),

@@ -12,6 +12,7 @@ import time
 
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
+from numabench.families.touch.reply import TouchReply
 from numabench.numa.placement import numa_maps_report, pages_report
 
 
@@ -24,14 +25,13 @@ class Worker(BaseWorker):
         self.round = 0
         self.buf: mmap.mmap | None = None
 
-    def setup(self) -> dict:
+    def setup(self) -> TouchReply:
         self.buf = mmap.mmap(-1, self.nbytes)
         self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
         ctypes.memset(self.addr, 0x5A, self.nbytes)  # first touch places every page
         ranges = [(self.addr, self.nbytes)]
-        return {"placement": pages_report(ranges).to_dict(),
-                "numa_maps": numa_maps_report(ranges=ranges).to_dict(),
-                "bytes": self.nbytes}
+        return TouchReply(placement=pages_report(ranges), numa_maps=numa_maps_report(ranges=ranges),
+                          bytes=self.nbytes)
 
     def step(self, variant: dict | None = None) -> dict[str, float]:
         self.round += 1

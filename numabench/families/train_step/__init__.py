@@ -40,6 +40,7 @@ import statistics
 from numabench.cases import CaseResult
 from numabench.families.base import CPU_BINDS, GpuOrCpuFamily
 from numabench.families.train_step.configs import model_config, param_count
+from numabench.families.train_step.reply import TrainStepReply
 
 DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
@@ -190,7 +191,7 @@ def breakdown(result: CaseResult) -> dict:
             if step:
                 out[f"{part}_share"] = round(ms / (step * 1e3), 4)
     mode = result.case.param("mode", "ddp")
-    on_gpu = result.setup_info[0].get("device_name") != "cpu"
+    on_gpu = result.setup_info[0].device_name != "cpu"
     if mode.startswith("deepspeed-") and ph.get("ds_optimizer_step") and step:
         out["cpu_adam_ms"] = round(statistics.median(ph["ds_optimizer_step"]) * 1e3, 4)
     if on_gpu and mode.startswith("deepspeed-") and ph.get("ds_optimizer_step") and step:
@@ -199,15 +200,16 @@ def breakdown(result: CaseResult) -> dict:
         out["gpu_idle_fraction_min"] = round(statistics.median(ph["ds_optimizer_step"]) / step, 4)
     theirs = "; DeepSpeed's wall_clock_breakdown timers as deepspeed_timer_*" if mode.startswith("deepspeed-") else ""
     out["breakdown_clock"] = ("CUDA events on the current stream" if on_gpu else "wall clock") + " (ours)" + theirs
-    idle = [i.get("gpu_idle") for i in result.setup_info]
-    if idle and all(isinstance(x, dict) and "gpu_idle_fraction" in x for x in idle):
+    idle = [i.gpu_idle for i in result.setup_info]
+    measured = [x for x in idle if x is not None and x.gpu_idle_fraction is not None]
+    if idle and len(measured) == len(idle):
         # measured (torch.profiler, a few untimed steps in the set-up): the busiest rank's
-        out["gpu_idle_fraction"] = min(x["gpu_idle_fraction"] for x in idle)
-        out["sm_idle_fraction"] = min(x["sm_idle_fraction"] for x in idle)
-        out["gpu_idle_per_rank"] = [x["gpu_idle_fraction"] for x in idle]
-        out["gpu_idle_source"] = idle[0]["source"]
-    elif any(isinstance(x, dict) and "error" in x for x in idle):
-        out["gpu_idle_error"] = next(x["error"] for x in idle if isinstance(x, dict) and "error" in x)
+        out["gpu_idle_fraction"] = min(x.gpu_idle_fraction for x in measured)
+        out["sm_idle_fraction"] = min(x.sm_idle_fraction for x in measured)
+        out["gpu_idle_per_rank"] = [x.gpu_idle_fraction for x in measured]
+        out["gpu_idle_source"] = measured[0].source
+    elif any(x is not None and x.error is not None for x in idle):
+        out["gpu_idle_error"] = next(x.error for x in idle if x is not None and x.error is not None)
     out["pcie_bytes_per_param"] = pcie_bytes_per_param(mode, result.case.dtype)
     out["pcie_bytes_source"] = "model of the mode's copies (numabench.families.train_step.pcie_bytes_per_param)"
     return out
@@ -217,8 +219,8 @@ def metrics(result: CaseResult, phase: str) -> dict:
     infos = result.setup_info
     info = infos[0]
     times = result.phases[phase]
-    tokens = info["tokens_per_step"]
-    flop = 6 * info["n_params"] * tokens
+    tokens = info.tokens_per_step
+    flop = 6 * info.n_params * tokens
     med = result.median(phase)
     tps_mean, tps_std = _mean_std([tokens / t for t in times])
     tf_mean, tf_std = _mean_std([flop / t / 1e12 for t in times])
@@ -229,14 +231,14 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "tflops": round(flop / med / 1e12, 4), "tflops_mean": round(tf_mean, 4), "tflops_std": round(tf_std, 5),
         "tflops_per_gpu": round(flop / med / 1e12 / result.case.nprocess, 4),
         "time_per_step_mean": t_mean, "time_per_step_std": t_std,
-        "tokens_per_step": tokens, "n_params": info["n_params"], "seq_len": info["seq_len"],
-        "batch_per_rank": info["batch_per_rank"], "impl": info["impl"], "backend": info["backend"],
-        "mem_peak_per_rank_bytes": [i["peak_gpu_bytes"] for i in infos],
-        "host_bytes_by_node_per_rank": [i["host_bytes_by_node"]["bytes_by_node"] for i in infos],
-        "host_state_bytes_per_rank": [i["host_state_bytes"] for i in infos],
-        "threads_per_rank": [i.get("threads") for i in infos],
-        "cpus_per_rank": [i.get("affinity") for i in infos],
-        "placed": info["placed"], "setup_losses_rank0": info["setup_losses"], "device": info["device_name"],
+        "tokens_per_step": tokens, "n_params": info.n_params, "seq_len": info.seq_len,
+        "batch_per_rank": info.batch_per_rank, "impl": info.impl, "backend": info.backend,
+        "mem_peak_per_rank_bytes": [i.peak_gpu_bytes for i in infos],
+        "host_bytes_by_node_per_rank": [i.host_bytes_by_node.to_dict()["bytes_by_node"] for i in infos],
+        "host_state_bytes_per_rank": [i.host_state_bytes for i in infos],
+        "threads_per_rank": [i.threads for i in infos],
+        "cpus_per_rank": result.affinity,
+        "placed": info.placed, "setup_losses_rank0": info.setup_losses, "device": info.device_name,
         **deepspeed_parts(result), **breakdown(result),
     }
 
@@ -262,6 +264,10 @@ FAMILY = GpuOrCpuFamily(
            " (on a CPU-only machine they run on DeepSpeed's CPU accelerator over gloo), "
            "`numabench[torchao]` and CUDA for torchao's"),
     phases=("step",),
+    setup_reply=TrainStepReply,
+    # each step's parts (Trainer.step_parts): ours, and DeepSpeed's timers of engine.step()
+    step_parts=("forward", "backward", "optimizer", *DS_TIMERS, "ds_in_timer"),
+    size_is_batch=True,
     rank_kind="gpu",
     default_sizes=(32,),
     default_dtypes=("fp32", "bf16"),

@@ -52,6 +52,7 @@ from numabench.families.base import WorkerSpec
 from numabench.families.train_step import MODES, POOL
 from numabench.families.train_step.applied import mismatch, running_policy
 from numabench.families.train_step.configs import BETAS, EPS, WEIGHT_DECAY
+from numabench.families.train_step.reply import GpuIdle, TrainStepReply
 
 SETUP_STEPS = 4
 
@@ -447,7 +448,7 @@ def anon_report(pid: int | str = "self"):
 
 
 def derived_port(spec: WorkerSpec) -> int:
-    key = json.dumps({"nprocess": spec.nprocess, "numel": spec.numel, "dtype": spec.dtype,
+    key = json.dumps({"nprocess": spec.nprocess, "batch": spec.batch, "dtype": spec.dtype,
                       "variants": [dict(v) for v in spec.variants]}, sort_keys=True)
     return 20000 + zlib.crc32(f"{os.getppid()}:{key}".encode()) % 30000
 
@@ -479,7 +480,7 @@ class Worker(BaseWorker):
         self.mode, self.model_name = v.get("mode", "ddp"), v.get("model", "tiny")
         self.trainer = None
 
-    def setup(self) -> dict:
+    def setup(self) -> TrainStepReply:
         import torch
         import torch.distributed as dist
 
@@ -511,7 +512,7 @@ class Worker(BaseWorker):
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(spec.gpu if cuda else 0),
                           MASTER_ADDR=addr, MASTER_PORT=str(port))
         with self.setup_part("model"):
-            self.trainer = tr = Trainer(self.mode, self.model_name, spec.dtype, spec.numel, device,
+            self.trainer = tr = Trainer(self.mode, self.model_name, spec.dtype, spec.batch, device,
                                         data_seed=rank)
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
@@ -535,9 +536,9 @@ class Worker(BaseWorker):
 
             with self.setup_part("profile_idle"):
                 try:
-                    idle = profile_idle(tr.step, device)
+                    idle = GpuIdle(**profile_idle(tr.step, device))
                 except (RuntimeError, ValueError, AttributeError) as e:  # a profiler without CUPTI
-                    idle = {"error": f"{type(e).__name__}: {e}"}
+                    idle = GpuIdle(error=f"{type(e).__name__}: {e}")
         if cuda:
             torch.cuda.synchronize(device)
         ranges = tr.host_state_ranges()
@@ -546,18 +547,18 @@ class Worker(BaseWorker):
         why = mismatch(spec.policy, after)
         if why:
             raise RuntimeError(f"rank {rank} left the case's memory policy while its trainer was set up: {why}")
-        return {"placement": placement.to_dict(), "placed": "host state" if ranges else "process anon memory",
-                "mempolicy": running, "case_policy": str(spec.policy) if spec.policy is not None else None,
-                "gpu_idle": idle,
-                "kernel_max_rel_error": tr.kernel_error,
-                "numa_maps": numa_maps_report().to_dict(), "host_bytes_by_node": anon_report().to_dict(),
-                "host_state_bytes": sum(n for _, n in ranges),
-                "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
-                "setup_losses": losses, "param_digest": digest, "param_digests_all_ranks": digests,
-                "n_params": tr.n_params, "tokens_per_step": tr.tokens_per_step, "seq_len": tr.cfg.seq_len,
-                "batch_per_rank": tr.batch, "impl": tr.impl, "backend": dist.get_backend(),
-                "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
-                "threads": torch.get_num_threads(), "torch": torch.__version__}
+        return TrainStepReply(
+            placement=placement, placed="host state" if ranges else "process anon memory",
+            mempolicy=running, case_policy=str(spec.policy) if spec.policy is not None else None,
+            gpu_idle=idle, kernel_max_rel_error=tr.kernel_error,
+            numa_maps=numa_maps_report(), host_bytes_by_node=anon_report(),
+            host_state_bytes=sum(n for _, n in ranges),
+            peak_gpu_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
+            setup_losses=losses, param_digest=digest, param_digests_all_ranks=digests,
+            n_params=tr.n_params, tokens_per_step=tr.tokens_per_step, seq_len=tr.cfg.seq_len,
+            batch_per_rank=tr.batch, impl=tr.impl, backend=dist.get_backend(),
+            device_name=torch.cuda.get_device_name(device) if cuda else "cpu",
+            threads=torch.get_num_threads(), torch=torch.__version__)
 
     def step(self, variant: dict | None = None) -> dict[str, float]:
         # DeepSpeed modes add parts (ours and DeepSpeed's timers of engine.step); not entries

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from numabench.cases import CaseResult
 from numabench.families.base import Family
+from numabench.families.transfer.reply import TransferReply
 
 DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
@@ -48,7 +49,7 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "GBps_per_rank": [round(per_rank / m / 1e9, 3) for m in rank_meds],
         "unit": "GB/s decimal (1e9 B/s)",
         "memory": case.param("memory", "pinned"),
-        "device": info["device_name"],
+        "device": info.device_name,
         "copy": "cudaMemcpyAsync (torch copy_ non_blocking) on a side stream, CUDA events",
     }
 
@@ -59,6 +60,7 @@ FAMILY = Family(
                  "or pageable) and each GPU; all GPUs at once with nprocess > 1"),
     needs="a CUDA GPU per rank",
     phases=PHASES,
+    setup_reply=TransferReply,
     needs_gpu=True,
     default_sizes=(16 * 2**20, 256 * 2**20),  # fp32: 64 MiB and 1 GiB in total
     default_dtypes=("fp32",),

@@ -16,6 +16,7 @@ import threading
 
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
+from numabench.families.transfer.reply import TransferReply
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.toolkit.hostmem import allocate
 
@@ -36,7 +37,7 @@ class Worker(BaseWorker):
                 raise ValueError(f"unknown memory {k!r}: allowed {', '.join(ALLOC_OF)}")
         self.host: dict[str, dict] = {}
 
-    def setup(self) -> dict:
+    def setup(self) -> TransferReply:
         import torch
 
         with self.setup_part("cuda_init"):
@@ -57,11 +58,11 @@ class Worker(BaseWorker):
             self.check()
         ranges = [(b.address, b.nbytes) for bufs in self.host.values() for b in bufs.values()]
         with self.setup_part("placement"):
-            placement = pages_report(ranges).to_dict()
-            maps = numa_maps_report(ranges=ranges).to_dict()
-        return {"placement": placement, "numa_maps": maps,
-                "memory": self.kinds, "bytes": self.numel * self.dev_src.element_size(),
-                "device_name": torch.cuda.get_device_name(self.device), "checked": True}
+            placement = pages_report(ranges)
+            maps = numa_maps_report(ranges=ranges)
+        return TransferReply(placement=placement, numa_maps=maps, memory=self.kinds,
+                             bytes=self.numel * self.dev_src.element_size(),
+                             device_name=torch.cuda.get_device_name(self.device), checked=True)
 
     def check(self) -> None:
         """One H2D and one D2H per memory kind, compared bit for bit (never time a broken copy)."""

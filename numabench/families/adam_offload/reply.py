@@ -1,0 +1,25 @@
+"""What an adam_offload worker's setup reports (torch-free: its worker and its metrics read it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from numabench.families.replies import SetupReply
+from numabench.numa.placement import PlacementReport
+
+
+@dataclass(frozen=True)
+class AdamOffloadReply(SetupReply):
+    numa_maps: PlacementReport  # the host state's pages as numa_maps counts them
+    bytes_h2d: int
+    bytes_d2h: int
+    max_rel_error: dict[str, Any]  # impl -> its check against float64 Adam (this run's or an earlier one's)
+    alloc: str  # the host allocator of the placed state (register, torch)
+    chunk_elems: int  # the overlap schedule's chunk
+    device_name: str
+    # the ceilings measured in this run (GB/s): pinned copies alone, both directions at once, on the device
+    limit_h2d_GBps: float
+    limit_d2h_GBps: float
+    limit_d2d_GBps: float
+    limit_bidir_h2d_GBps: float
+    limit_bidir_d2h_GBps: float

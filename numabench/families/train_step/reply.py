@@ -1,0 +1,46 @@
+"""What a train_step worker's setup reports (torch-free: its worker and its metrics read it)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from numabench.families.replies import Record, SetupReply
+from numabench.numa.placement import PlacementReport
+
+
+@dataclass(frozen=True)
+class GpuIdle(Record):
+    """The GPU's idle shares over a few profiled set-up steps (numabench.families.train_step.idle),
+    or the error that kept the profiler from measuring them."""
+
+    gpu_idle_fraction: float | None = None
+    sm_idle_fraction: float | None = None
+    window_s: float | None = None
+    profiled_steps: int | None = None
+    source: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainStepReply(SetupReply):
+    placed: str  # what ``placement`` counts: the host state, or the process's anonymous memory
+    mempolicy: dict[str, Any]  # the policy the rank ran under (train_step.applied.running_policy)
+    case_policy: str | None
+    kernel_max_rel_error: float | None  # streamed on a GPU: our kernel against AdamW
+    numa_maps: PlacementReport  # the process's pages as numa_maps counts them
+    host_bytes_by_node: PlacementReport  # the process's anonymous memory
+    host_state_bytes: int  # the offloaded state's bytes (0 where it stays on the device)
+    peak_gpu_bytes: int | None  # None on CPU ranks
+    setup_losses: list[float]  # the loss over the set-up steps on one fixed batch (falls)
+    param_digest: str
+    param_digests_all_ranks: list[str]
+    n_params: int
+    tokens_per_step: int  # over all ranks
+    seq_len: int
+    batch_per_rank: int
+    impl: str  # the mode's implementation, in words
+    backend: str  # the process group's (nccl, gloo)
+    device_name: str  # "cpu" on CPU ranks
+    threads: int  # torch's intra-op threads
+    torch: str  # torch's version
+    gpu_idle: GpuIdle | None = None  # measured only on GPUs with NUMABENCH_PROFILE_IDLE=1
