@@ -55,9 +55,11 @@ def mode_rows(run: str | Path | dict) -> list[ModeRow]:
         x = extra.get(e.name, {})
         if "forward_ms" not in x:  # a run from before the step was broken down
             continue
+        # from the entry's median (pooled over its invocations where several ran), like step ms
+        tokens_per_s = x["tokens_per_step"] / e.median_s if x.get("tokens_per_step") else x.get("tokens_per_s")
         rows.append(ModeRow(
             e.name, str(x.get("mode", "ddp")), str(x.get("model", "")), str(e.axes["dtype"]), int(e.axes["nprocess"]),
-            str(e.axes["policy"]), str(x.get("cpu_bind", "")), e.median_s * 1e3, x.get("tokens_per_s"),
+            str(e.axes["policy"]), str(x.get("cpu_bind", "")), e.median_s * 1e3, tokens_per_s,
             x.get("forward_ms"), x.get("backward_ms"), x.get("optimizer_ms"), x.get("cpu_adam_ms"), x.get("gpu_idle_fraction_min"),
             x.get("gpu_idle_fraction"), x.get("pcie_bytes_per_param")))
     refs = {r.key(): r.step_ms for r in rows if r.mode == REFERENCE_MODE}
