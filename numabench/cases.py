@@ -17,7 +17,7 @@ from numabench.numa.placement import PlacementReport, Verdict
 from numabench.numa.policy import Policy
 
 if TYPE_CHECKING:
-    from numabench.families.replies import SetupReply
+    from numabench.replies import SetupReply
     from numabench.machine.topology import Topology
 
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -242,7 +242,7 @@ class CaseResult:
     # where ``fixed_s`` went: start (interpreter, imports), import (the family's worker module,
     # torch), setup (the slowest rank's) and its own parts, checks (the parent's), close
     fixed_parts_s: dict[str, float] = field(default_factory=dict)
-    # the CPUs each rank's worker ran on (numabench.families.replies.SetupDone.affinity)
+    # the CPUs each rank's worker ran on (numabench.replies.SetupDone.affinity)
     affinity: list[list[int]] = field(default_factory=list)
 
     def median(self, phase: str) -> float:

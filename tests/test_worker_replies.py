@@ -13,7 +13,7 @@ from helpers import plausible_reply
 
 from numabench.cases import Case, CaseResult
 from numabench.families import FAMILIES, family
-from numabench.families.replies import SetupDone, SetupReply, SetupTiming, check_step
+from numabench.replies import SetupDone, SetupReply, SetupTiming, check_step
 from numabench.families.touch.reply import TouchReply
 from numabench.numa.placement import PlacementReport
 from numabench.numa.policy import Policy

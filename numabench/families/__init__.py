@@ -3,7 +3,7 @@
 A family is a folder here: ``__init__.py`` defines ``FAMILY`` (a
 ``numabench.families.base.Family``: what it measures, its axes, requirements and
 hooks) and imports no torch; ``reply.py`` (torch-free too) its setup reply class (a frozen
-``numabench.families.replies.SetupReply`` subclass, named by ``Family.setup_reply``: what its
+``numabench.replies.SetupReply`` subclass, named by ``Family.setup_reply``: what its
 worker's set-up returns and its metrics read); ``worker.py`` defines ``Worker`` (a
 ``numabench.families.base.Worker``: one rank's set-up and timed steps). The folder's
 name is the family's key; ``benchmarks/test_<key>.py`` makes it a pytest module.

@@ -5,7 +5,7 @@ entry), its axes' defaults and requirements, from which the skip reason comes, a
 hooks), ``WorkerSpec`` (what the parent tells each rank's worker, parsed once) and ``Worker``
 (the worker's side: ``setup() -> SetupReply`` (the family's frozen subclass, named by
 ``Family.setup_reply``, defined torch-free in ``families/<key>/reply.py``; it crosses to the parent
-as JSON and is parsed strictly there: numabench.families.replies), ``step(variant) -> {phase:
+as JSON and is parsed strictly there: numabench.replies), ``step(variant) -> {phase:
 seconds}`` (checked against ``Family.phases`` and ``Family.step_parts`` where the worker makes it),
 ``close()``). A family whose size axis is a batch (``Family.size_is_batch``) gets its size per
 rank in ``WorkerSpec.batch``, the others in ``WorkerSpec.numel``.
@@ -46,7 +46,7 @@ from numabench.cases import (
     parse_knob,
 )
 from numabench.errors import UsageError
-from numabench.families.replies import SetupReply
+from numabench.replies import SetupReply
 from numabench.numa.policy import Policy
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ class Worker:
 
     def step(self, variant: Mapping[str, str] | None = None) -> dict[str, float]:
         """One timed round of ``variant``: seconds per phase (a ``Family.phases`` or
-        ``Family.step_parts`` name each, finite, >= 0: numabench.families.replies.check_step)."""
+        ``Family.step_parts`` name each, finite, >= 0: numabench.replies.check_step)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -215,7 +215,7 @@ class Family:
     # shows (numabench.families.listing renders both; a test keeps the README equal to it)
     description: str
     phases: tuple[str, ...]
-    # what its workers' setup() returns (numabench.families.replies): the family's own subclass,
+    # what its workers' setup() returns (numabench.replies): the family's own subclass,
     # in families/<key>/reply.py (torch-free: the worker and the family's metrics both read it)
     setup_reply: type[SetupReply] = SetupReply
     # further times a step returns beside ``phases``, which are not entries of their own (e.g.

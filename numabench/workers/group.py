@@ -143,7 +143,7 @@ class WorkerGroup:
 
     def setup(self, specs: Sequence[dict[str, Any]], timeout_s: float | None = None) -> list[dict[str, Any]]:
         """Send each rank its own spec; returns each rank's setup answer (a ``SetupDone`` as JSON,
-        parsed by the caller with its family's reply class: numabench.families.replies). Waits at least
+        parsed by the caller with its family's reply class: numabench.replies). Waits at least
         SETUP_TIMEOUT_MIN_S unless ``timeout_s`` says otherwise."""
         self.doing = "setup"
         for rank, (p, spec) in enumerate(zip(self.procs, specs)):

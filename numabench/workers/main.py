@@ -7,7 +7,7 @@ checked here, where they are made, so that a broken one is this worker's error: 
 be an instance of the family's ``Family.setup_reply`` class; it goes back wrapped in a
 ``SetupDone`` (the checks run here, this process's CPUs, a ``SetupTiming``), as JSON; a step's
 phase names must be the family's phases or step parts and its times finite and >= 0
-(numabench.families.replies).
+(numabench.replies).
 
 Fault injection (tests of the suite itself): env ``NUMABENCH_FAULT``, see
 numabench.faults. Faults fire here, for every family: ``setup`` ones after the
@@ -31,7 +31,7 @@ import traceback
 from numabench import faults as faultlib
 from numabench.families import FAMILIES, family, worker_class
 from numabench.families.base import Family, WorkerSpec
-from numabench.families.replies import SetupDone, SetupReply, SetupTiming, check_step
+from numabench.replies import SetupDone, SetupReply, SetupTiming, check_step
 from numabench.interrupts import restore_interrupts
 from numabench.toolkit.inject import SLOWDOWN_ENV, slowdown_factor
 from numabench.workers.protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode

@@ -16,7 +16,7 @@ from numabench import faults as faultlib
 from numabench.cases import Case, CaseResult, Rank, RankPlacement, retired_env_error
 from numabench.errors import PlacementError, UsageError
 from numabench.families.base import Family, WorkerSpec
-from numabench.families.replies import SetupDone
+from numabench.replies import SetupDone
 from numabench.machine.capabilities import Capabilities
 from numabench.machine.topology import Topology
 from numabench.numa.launch import build_command, worker_env

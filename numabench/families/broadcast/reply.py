@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from numabench.families.replies import SetupReply
+from numabench.replies import SetupReply
 from numabench.numa.placement import PlacementReport
 
 

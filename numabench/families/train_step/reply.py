@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from numabench.families.replies import Record, SetupReply
+from numabench.replies import Record, SetupReply
 from numabench.numa.placement import PlacementReport
 
 
