@@ -30,15 +30,16 @@ from numabench.numa.placement import PlacementReport
 T = TypeVar("T")
 
 
-def strict_kwargs(cls: type, d: Mapping[str, Any]) -> dict[str, Any]:
+def strict_kwargs(cls: type, d: Mapping[str, Any], hint: str = "") -> dict[str, Any]:
     """``d`` as keyword arguments of dataclass ``cls``: a key that is not a field, or a field
-    without a default that ``d`` lacks, is a ValueError naming them and the allowed ones."""
+    without a default that ``d`` lacks, is a ValueError naming them and the allowed ones (``hint``
+    appended: where such a value belongs instead)."""
     fields = dataclasses.fields(cls)
     names = [f.name for f in fields]
     unknown = sorted(set(d) - set(names))
     if unknown:
         raise ValueError(f"{cls.__name__} has no field(s) {', '.join(map(repr, unknown))}: allowed "
-                         f"{', '.join(names)}")
+                         f"{', '.join(names)}{hint}")
     required = [f.name for f in fields
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     missing = [n for n in required if n not in d]

@@ -46,7 +46,7 @@ from numabench.cases import (
     parse_knob,
 )
 from numabench.errors import UsageError
-from numabench.replies import SetupReply
+from numabench.replies import SetupReply, strict_kwargs
 from numabench.numa.policy import Policy
 
 if TYPE_CHECKING:
@@ -125,12 +125,7 @@ class WorkerSpec:
         """The spec ``to_dict`` wrote (JSON across the process boundary). A key that is not a field
         is an error here, where it is read, not a value silently dropped: a family's own values go
         under ``extra``."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"WorkerSpec has no field(s) {', '.join(map(repr, unknown))}: allowed "
-                             f"{', '.join(sorted(names))} (a family's own values go under 'extra')")
-        known = dict(d)
+        known = strict_kwargs(cls, d, hint=" (a family's own values go under 'extra')")
         if known.get("cpus") is not None:
             known["cpus"] = tuple(int(c) for c in known["cpus"])
         known["variants"] = tuple(dict(v) for v in (known.get("variants") or [{}]))
