@@ -179,7 +179,7 @@ def plausible_reply(key: str, **fields: Any):
                           methods=["pageable", "pinned"], devices=["NVIDIA H100", "NVIDIA H100"]),
         "adam_offload": dict(common, bytes_h2d=4 * 2**26, bytes_d2h=3 * 2**26,
                              max_rel_error={"ours": {"adam": 1e-7, "adamw": 1e-7}}, alloc="register",
-                             chunk_elems=2**21, device_name="NVIDIA H100", limit_h2d_GBps=50.0,
+                             chunk_elems=2**21, overlap_chunks=32, device_name="NVIDIA H100", limit_h2d_GBps=50.0,
                              limit_d2h_GBps=50.0, limit_d2d_GBps=2000.0, limit_bidir_h2d_GBps=40.0,
                              limit_bidir_d2h_GBps=40.0),
         "dataloader": dict(common, binding="bound", batch_per_rank=32, bytes_per_batch=32 * 3 * 224 * 224 * 4,

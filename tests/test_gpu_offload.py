@@ -62,3 +62,28 @@ def test_setup_reports_placement_limits_and_errors():
         assert t["step"] >= max(t["h2d"], t["compute"], t["d2h"])
     finally:
         w.close()
+
+
+def test_one_chunk_runs_the_serial_step_under_the_overlap_schedule():
+    w, info = make_worker((1 << 20) - 5, "fp32", impls=("ours",))  # chunk_numel 1M: one chunk
+    try:
+        assert w.overlap_chunks == 1 and info.overlap_chunks == 1
+
+        def no_pipeline(*a, **k):
+            raise AssertionError("the pipeline ran with one chunk")
+
+        w.overlapped.run = no_pipeline
+        times = w.step({"impl": "ours", "schedule": "overlap"})
+        assert set(times) == {"h2d", "compute", "d2h", "step"} and all(v > 0 for v in times.values())
+    finally:
+        w.close()
+
+
+def test_overlap_probe_measures_its_schedules():
+    from numabench.families.adam_offload.schedule import Schedule
+    from numabench.tools.overlap_probe import measure
+
+    res = measure(4 * (1 << 20), "fp32", [Schedule(1 << 20), Schedule(1 << 20, d2h_group=2)], rounds=2)
+    assert [r["schedule"] for r in res["rows"]] == ["serial", "chunk=1M", "chunk=1M d2h_group=2"]
+    assert all(r["median_ms"] > 0 for r in res["rows"]) and res["bound_ms"] > 0
+    assert set(res["limits"]) >= {"limit_h2d_GBps", "limit_bidir_d2h_GBps"}

@@ -155,7 +155,7 @@ def measure(numel: int, dtype: str, schedules: Sequence[Schedule], rounds: int =
             for b in huge_host.values():
                 b.release()
         return {"rows": rows, "bound_ms": bound * 1e3, "numel": numel, "dtype": dtype,
-                "limits": {k: round(v, 2) for k, v in info.items() if k.startswith("limit_")},
+                "limits": {k: round(v, 2) for k, v in info.to_dict().items() if k.startswith("limit_")},
                 "bidir_2GiB": [round(x, 2) for x in big], "AnonHugePages_kB_during": anon_huge_kb,
                 "thp": _thp()}
     finally:

@@ -22,10 +22,10 @@ import time
 from typing import Any, Sequence
 
 from numabench.errors import WorkerError
+from numabench.toolkit.rank_barrier import SCRATCH_ENV
 from numabench.workers.protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
 STDERR_TAIL_LINES = 30
-SCRATCH_ENV = "NUMABENCH_SCRATCH_DIR"
 CLOSE_GRACE_S = 5.0  # a healthy worker's time to leave after OP_EXIT
 FAIL_GRACE_S = 1.0  # the same when the group is failing or interrupted
 # Setup starts Python, imports torch, may build kernels and touches every page:

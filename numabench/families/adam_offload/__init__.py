@@ -12,6 +12,22 @@ DEFAULT_ROUNDS = 20
 DEFAULT_WARMUP = 3
 
 
+def one_way_bound_s(h2d_bytes: int, d2h_bytes: int, limits: AdamOffloadReply) -> float:
+    """The slower of the two transfers, each at its one-way ceiling."""
+    return max(h2d_bytes / (limits.limit_h2d_GBps * 1e9), d2h_bytes / (limits.limit_d2h_GBps * 1e9))
+
+
+def duplex_bound_s(h2d_bytes: int, d2h_bytes: int, limits: AdamOffloadReply) -> float:
+    """Both transfers at the rates they reach at once (``limit_bidir_*``) until the one with
+    less time left at its rate is done, the rest of the other at its one-way ceiling: the
+    step of a pipeline that keeps both directions busy while both have bytes to move."""
+    h2d_both, d2h_both = limits.limit_bidir_h2d_GBps * 1e9, limits.limit_bidir_d2h_GBps * 1e9
+    t_h2d, t_d2h = h2d_bytes / h2d_both, d2h_bytes / d2h_both
+    if t_d2h <= t_h2d:
+        return t_d2h + (h2d_bytes - h2d_both * t_d2h) / (limits.limit_h2d_GBps * 1e9)
+    return t_h2d + (d2h_bytes - d2h_both * t_h2d) / (limits.limit_d2h_GBps * 1e9)
+
+
 def metrics(result: CaseResult, phase: str) -> dict:
     infos = result.setup_info
     info = infos[0]
@@ -39,16 +55,17 @@ def metrics(result: CaseResult, phase: str) -> dict:
         limit = info.limit_h2d_GBps if phase == "h2d" else info.limit_d2h_GBps
         out[f"pct_of_pinned_{phase}"] = round(100 * (moved / result.case.nprocess / med / 1e9) / limit, 1)
     elif phase == "step":
-        # The step cannot beat the slower of its two one-way transfers (PCIe is full duplex).
-        bound = max(4 * result.case.numel_per_rank * itemsize / (info.limit_h2d_GBps * 1e9),
-                    3 * result.case.numel_per_rank * itemsize / (info.limit_d2h_GBps * 1e9))
-        out["lower_bound_s"] = bound
+        # The slowest rank's bounds (the step is the max over the ranks). One-way: the step
+        # cannot beat the slower of its two one-way transfers (PCIe is full duplex).
+        per_rank = result.case.numel_per_rank * itemsize
+        out["lower_bound_s"] = bound = max(one_way_bound_s(4 * per_rank, 3 * per_rank, i) for i in infos)
         out["ratio_to_lower_bound"] = round(med / bound, 3)
-        # The same bound with the rates both directions reach at once (host memory and
-        # the root complex may not sustain full duplex): what overlap can really reach.
-        bidir = max(4 * result.case.numel_per_rank * itemsize / (info.limit_bidir_h2d_GBps * 1e9),
-                    3 * result.case.numel_per_rank * itemsize / (info.limit_bidir_d2h_GBps * 1e9))
-        out["ratio_to_bidir_lower_bound"] = round(med / bidir, 3)
+        # Duplex is not free: with the rates both directions reach at once.
+        out["duplex_bound_s"] = duplex = max(duplex_bound_s(4 * per_rank, 3 * per_rank, i) for i in infos)
+        out["ratio_to_duplex_bound"] = round(med / duplex, 3)
+    if result.case.param("schedule") == "overlap":
+        out["overlap_chunks"] = info.overlap_chunks
+        out["schedule_ran"] = "overlap" if info.overlap_chunks > 1 else "serial"
     return out
 
 

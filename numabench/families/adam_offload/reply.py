@@ -16,8 +16,10 @@ class AdamOffloadReply(SetupReply):
     max_rel_error: dict[str, Any]  # impl -> its check against float64 Adam (this run's or an earlier one's)
     alloc: str  # the host allocator of the placed state (register, torch)
     chunk_elems: int  # the overlap schedule's chunk
+    overlap_chunks: int  # chunks of the overlap schedule: 1 runs the serial step
     device_name: str
-    # the ceilings measured in this run (GB/s): pinned copies alone, both directions at once, on the device
+    # the ceilings measured in this run (GB/s): pinned copies one way, both directions at once, on the
+    # device; host copies with every rank of the run copying at the same time
     limit_h2d_GBps: float
     limit_d2h_GBps: float
     limit_d2d_GBps: float

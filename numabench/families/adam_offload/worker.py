@@ -54,18 +54,20 @@ def torch_fused_step_(param, grad, exp_avg, exp_avg_sq, *, lr, beta1=0.9, beta2=
        weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False)
 
 
-def bidir_copy_seconds(dev_in, host_in, host_out, dev_out, streams, repeats: int = 8) -> tuple[float, float]:
+def bidir_copy_seconds(dev_in, host_in, host_out, dev_out, streams, repeats: int = 8,
+                       trailing: int = 0) -> tuple[float, float]:
     """Fastest H2D (host_in -> dev_in) and D2H (dev_out -> host_out) times, in
     seconds, over ``repeats`` rounds (after 2 warm-ups) in which both copies run
     at once on the two given streams: what each direction gets while the other
-    is busy."""
+    is busy. ``trailing`` untimed rounds follow (ranks measuring together: a rank
+    that started a little early still has company in its last timed round)."""
     import torch
 
     s_h2d, s_d2h = streams
     device = dev_in.device
     evs = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
     h2d, d2h = [], []
-    for i in range(repeats + 2):
+    for i in range(repeats + 2 + trailing):
         torch.cuda.synchronize(device)
         with torch.cuda.stream(s_h2d):
             evs[0].record(s_h2d)
@@ -76,7 +78,7 @@ def bidir_copy_seconds(dev_in, host_in, host_out, dev_out, streams, repeats: int
             host_out.copy_(dev_out, non_blocking=True)
             evs[3].record(s_d2h)
         torch.cuda.synchronize(device)
-        if i >= 2:
+        if 2 <= i < repeats + 2:
             h2d.append(evs[0].elapsed_time(evs[1]) / 1e3)
             d2h.append(evs[2].elapsed_time(evs[3]) / 1e3)
     return min(h2d), min(d2h)
@@ -99,6 +101,7 @@ class Worker(BaseWorker):
         # the chunk_numel knob (--numa-axis chunk_numel=N, in the case id), else auto_chunk
         chunk = spec.knob("chunk_numel")
         self.chunk = int(chunk) if chunk else auto_chunk(self.numel, torch.empty((), dtype=self.dtype).element_size())
+        self.overlap_chunks = -(-self.numel // self.chunk)
         self.step_no = 0
 
     # -- setup -------------------------------------------------------------------
@@ -155,14 +158,21 @@ class Worker(BaseWorker):
                                 bytes_h2d=4 * self.numel * self.host["param"].tensor.element_size(),
                                 bytes_d2h=3 * self.numel * self.host["param"].tensor.element_size(),
                                 max_rel_error=errors, alloc=self.alloc, chunk_elems=self.chunk,
+                                overlap_chunks=self.overlap_chunks,
                                 device_name=torch.cuda.get_device_name(self.device), **limits)
 
     def _copy_limits(self) -> dict:
         """The ceilings each phase is judged against, measured in this run: pinned
-        H2D and D2H alone and both at once (a 256 MiB buffer placed like the state),
+        H2D and D2H one way and both at once (a 256 MiB buffer placed like the state),
         and the device-to-device copy (1 GiB, many times the L2). Each is the
-        fastest of 8 timed copies after 2 warm-ups: a ceiling is the best seen."""
+        fastest of 8 timed copies after 2 warm-ups: a ceiling is the best seen.
+        With several ranks, every rank measures each host copy at the same time as
+        the others (they meet first; 2 untimed copies follow the timed ones): the
+        ranks' steps share the host's memory and root complex, and so do their
+        ceilings (H200 x2: H2D while D2H runs 52 GB/s for one rank, 40 for each of two)."""
         import torch
+
+        from numabench.toolkit.rank_barrier import meet
 
         nbytes = LIMIT_HOST_BYTES
         host_a = allocate(nbytes // 4, torch.float32, self.alloc)
@@ -172,27 +182,32 @@ class Worker(BaseWorker):
         big_a = torch.empty(LIMIT_D2D_BYTES // 4, dtype=torch.float32, device=self.device).uniform_(0.5, 1.5)
         big_b = torch.empty_like(big_a)
         s0, s1 = self.streams[0], self.streams[1]
+        rank, nprocess = self.spec.rank, self.spec.nprocess
+        trailing = 2 if nprocess > 1 else 0
 
-        def best(fn, stream) -> float:
+        def best(fn, stream, together: str = "") -> float:
+            if together:
+                meet(f"adam_offload-limit-{together}", rank, nprocess)
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             times = []
-            for i in range(10):
+            for i in range(10 + (trailing if together else 0)):
                 with torch.cuda.stream(stream):
                     e0.record(stream)
                     fn()
                     e1.record(stream)
                 stream.synchronize()
-                if i >= 2:
+                if 2 <= i < 10:
                     times.append(e0.elapsed_time(e1) / 1e3)
             return min(times)
 
         try:
             out = {
-                "limit_h2d_GBps": nbytes / best(lambda: dev_a.copy_(host_a.tensor, non_blocking=True), s0) / 1e9,
-                "limit_d2h_GBps": nbytes / best(lambda: host_a.tensor.copy_(dev_a, non_blocking=True), s0) / 1e9,
+                "limit_h2d_GBps": nbytes / best(lambda: dev_a.copy_(host_a.tensor, non_blocking=True), s0, "h2d") / 1e9,
+                "limit_d2h_GBps": nbytes / best(lambda: host_a.tensor.copy_(dev_a, non_blocking=True), s0, "d2h") / 1e9,
                 "limit_d2d_GBps": 2 * LIMIT_D2D_BYTES / best(lambda: big_b.copy_(big_a), s0) / 1e9,  # read+write
             }
-            t_h2d, t_d2h = bidir_copy_seconds(dev_b, host_a.tensor, host_b.tensor, dev_a, (s0, s1))
+            meet("adam_offload-limit-bidir", rank, nprocess)
+            t_h2d, t_d2h = bidir_copy_seconds(dev_b, host_a.tensor, host_b.tensor, dev_a, (s0, s1), trailing=trailing)
             out["limit_bidir_h2d_GBps"] = nbytes / t_h2d / 1e9
             out["limit_bidir_d2h_GBps"] = nbytes / t_d2h / 1e9
         finally:
@@ -209,8 +224,11 @@ class Worker(BaseWorker):
         fn = self.impls[impl]
         self.step_no += 1
         pad_key = (impl, schedule)
-        times = (self.overlapped.run(fn, self._hyper(), pad_key, pad=self.pad) if schedule == "overlap"
-                 else self._step_serial(fn, pad_key))
+        # One chunk leaves the pipeline nothing to overlap (three streams and their events
+        # only add to the serial step): the overlap schedule then runs the serial step
+        # (extra_info: overlap_chunks 1, schedule_ran serial).
+        times = (self.overlapped.run(fn, self._hyper(), pad_key, pad=self.pad)
+                 if schedule == "overlap" and self.overlap_chunks > 1 else self._step_serial(fn, pad_key))
         for phase in ("h2d", "compute", "d2h"):
             self.pad.observe((pad_key, phase), times[phase])
         return times
