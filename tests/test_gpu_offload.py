@@ -87,3 +87,11 @@ def test_overlap_probe_measures_its_schedules():
     assert [r["schedule"] for r in res["rows"]] == ["serial", "chunk=1M", "chunk=1M d2h_group=2"]
     assert all(r["median_ms"] > 0 for r in res["rows"]) and res["bound_ms"] > 0
     assert set(res["limits"]) >= {"limit_h2d_GBps", "limit_bidir_d2h_GBps"}
+
+
+def test_aligned_d2h_groups_are_bit_identical_to_serial():
+    from numabench.families.adam_offload.schedule import Schedule
+    from numabench.tools.overlap_probe import check_bit_identical
+
+    got = check_bit_identical([Schedule(1 << 20, d2h_group=2, align_d2h=True)], 5 * (1 << 20) + 12345, "fp32")
+    assert got == {"chunk=1M d2h_group=2 align_d2h": "identical"}, got

@@ -7,8 +7,8 @@ import os
 import time
 
 import pytest
-
 from helpers import plausible_reply
+
 from numabench.cases import Case, CaseResult
 from numabench.families import family
 from numabench.families.adam_offload import duplex_bound_s, one_way_bound_s

@@ -140,7 +140,8 @@ def _rank_times(numel: int, dtype: str, schedules: Sequence[Schedule], rounds: i
         item = w.host["param"].tensor.element_size()
         fn = w.impls["ours"]
         huge_host = _huge_host(w) if any(s.huge for s in schedules) else None
-        pipes = {s.label(): OverlappedStep(w.device, s, huge_host if s.huge else w.host, w.dev) for s in schedules}
+        pipes = {s.label(): OverlappedStep(w.device, s, huge_host if s.huge else w.host, w.dev, rank=rank,
+                                           nprocess=nprocess) for s in schedules}
         times: dict[str, list[float]] = {"serial": [], **{k: [] for k in pipes}}
         for r in range(rounds + 2):
             for i, (label, p) in enumerate([("serial", None), *pipes.items()]):
@@ -259,7 +260,7 @@ def parse_schedules(text: str, default_chunk: int) -> list[Schedule]:
                 raise ValueError(f"unknown schedule key {key!r} in {spec!r}: allowed {', '.join(fields)}")
             if key in ("chunk", "d2h_group", "h2d_streams"):
                 kw[key] = int(value)
-            elif key in ("priority", "huge"):
+            elif key in ("priority", "huge", "align_d2h"):
                 kw[key] = value.lower() in ("1", "true", "yes", "")
             else:
                 if value not in ("ce", "sm"):

@@ -12,7 +12,12 @@ k-1 copied out. Knobs (``Schedule``):
 - ``h2d_engine`` / ``d2h_engine``: ``ce`` (cudaMemcpyAsync, the copy engines) or
   ``sm`` (an elementwise kernel reading or writing the pinned host pages through
   their unified address, so the SMs drive the transfer);
-- ``huge``: the host state is allocated with MADV_HUGEPAGE (the probe's concern).
+- ``huge``: the host state is allocated with MADV_HUGEPAGE (the probe's concern);
+- ``align_d2h``: with several ranks, every H2D and compute is queued first, then each
+  D2H group only once every rank has computed it (the host waits for the group's kernel
+  and meets the other ranks, numabench.toolkit.rank_barrier): the ranks' D2H bursts run at
+  the same time, so H2D runs at its one-way rate between them (the probe's concern: on
+  H200 x2 a rank's H2D drops to ~40 GB/s while any rank's D2H runs).
 
 Per-phase times are busy times: the sum over chunks (groups for D2H) of each
 phase's span on its stream(s); ``step`` is the wall time from the first copy to the
@@ -21,11 +26,13 @@ last. Imports torch lazily: the family's package stays torch-free.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any, Callable, Mapping, Sequence
 
 IN_NAMES = ("param", "grad", "exp_avg", "exp_avg_sq")  # copied in
 OUT_NAMES = ("param", "exp_avg", "exp_avg_sq")  # copied back
 ENGINES = ("ce", "sm")
+_ALIGNED_STEPS = itertools.count(1)  # names the ranks' meetings of align_d2h steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +44,7 @@ class Schedule:
     h2d_engine: str = "ce"
     d2h_engine: str = "ce"
     huge: bool = False
+    align_d2h: bool = False
 
     def __post_init__(self) -> None:
         if self.chunk < 1 or self.d2h_group < 1 or self.h2d_streams not in (1, 2):
@@ -58,6 +66,8 @@ class Schedule:
             parts.append(f"d2h={self.d2h_engine}")
         if self.huge:
             parts.append("hugepages")
+        if self.align_d2h:
+            parts.append("align_d2h")
         return " ".join(parts)
 
 
@@ -84,11 +94,13 @@ class OverlappedStep:
     made here otherwise."""
 
     def __init__(self, device: Any, schedule: Schedule, host: Mapping[str, Any], dev: Mapping[str, Any], *,
-                 streams: Sequence[Any] | None = None) -> None:
+                 streams: Sequence[Any] | None = None, rank: int = 0, nprocess: int = 1) -> None:
         import torch
 
         self.device, self.s, self.host, self.dev = device, schedule, host, dev
+        self.rank, self.nprocess = rank, nprocess
         self.pad: Any = None
+        self.pad_key: tuple = ()
         if streams is not None and schedule.h2d_streams == 1 and not schedule.priority:
             self.h2d_streams, self.comp, self.d2h = [streams[0]], streams[1], streams[2]
         else:
@@ -105,6 +117,25 @@ class OverlappedStep:
         if self.pad is not None:
             self.pad.gpu(key, stream, share=share)
 
+    def _d2h(self, lo: int, hi: int, computed: Any, d2h_spans: list) -> None:
+        """Queue the D2H copies of elements [lo, hi) once ``computed`` (an event) has happened."""
+        import torch
+
+        s, d, h, hd = self.s, self.dev, self.host, self.host_dev
+        n = d["param"].numel()
+        with torch.cuda.stream(self.d2h):
+            self.d2h.wait_event(computed)
+            b2, e2 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            b2.record(self.d2h)
+            for name in OUT_NAMES:
+                if s.d2h_engine == "ce":
+                    h[name].tensor[lo:hi].copy_(d[name][lo:hi], non_blocking=True)
+                else:
+                    torch.bitwise_or(int_view(d[name])[lo:hi], 0, out=hd[name][lo:hi])
+            self._pad((self.pad_key, "d2h"), self.d2h, (hi - lo) / n)
+            e2.record(self.d2h)
+            d2h_spans.append([(b2, e2)])
+
     def run(self, fn: Callable[..., Any], hyper: Mapping[str, Any], pad_key: tuple = (),
             pad: Any = None) -> dict[str, float]:
         """``fn(param, grad, exp_avg, exp_avg_sq, **hyper)`` chunk by chunk; seconds per phase.
@@ -112,7 +143,9 @@ class OverlappedStep:
         caller's current one: a test swaps the worker's pad between steps)."""
         import torch
 
-        self.pad = pad
+        from numabench.toolkit.rank_barrier import meet
+
+        self.pad, self.pad_key = pad, pad_key
         s, d, h, hd = self.s, self.dev, self.host, self.host_dev
         n = d["param"].numel()
         chunks = [(i, min(s.chunk, n - i)) for i in range(0, n, s.chunk)]
@@ -126,6 +159,7 @@ class OverlappedStep:
         for st in (*self.h2d_streams, self.comp, self.d2h):
             st.wait_event(start)
         spans: dict[str, list[list[tuple[Any, Any]]]] = {"h2d": [], "compute": [], "d2h": []}
+        d2h_groups: list[tuple[int, int, Any]] = []  # (first element, end, computed event) per D2H group
         group_start = 0
         for k, (off, cnt) in enumerate(chunks):
             h2d_spans = []
@@ -154,20 +188,16 @@ class OverlappedStep:
                 e.record(self.comp)
                 spans["compute"].append([(b, e)])
             if (k + 1 - group_start) == s.d2h_group or k == len(chunks) - 1:
-                lo, hi = chunks[group_start][0], off + cnt
-                with torch.cuda.stream(self.d2h):
-                    self.d2h.wait_event(e)  # the group's last chunk computed
-                    b2, e2 = timing_event(), timing_event()
-                    b2.record(self.d2h)
-                    for name in OUT_NAMES:
-                        if s.d2h_engine == "ce":
-                            h[name].tensor[lo:hi].copy_(d[name][lo:hi], non_blocking=True)
-                        else:
-                            torch.bitwise_or(int_view(d[name])[lo:hi], 0, out=hd[name][lo:hi])
-                    self._pad((pad_key, "d2h"), self.d2h, (hi - lo) / n)
-                    e2.record(self.d2h)
-                    spans["d2h"].append([(b2, e2)])
+                d2h_groups.append((chunks[group_start][0], off + cnt, e))  # e: the group's last chunk computed
+                if not s.align_d2h:
+                    self._d2h(*d2h_groups[-1], spans["d2h"])
                 group_start = k + 1
+        if s.align_d2h:
+            step_id = next(_ALIGNED_STEPS)  # the same sequence in every rank
+            for g, group in enumerate(d2h_groups):
+                group[2].synchronize()  # this rank computed the group; then wait for the others
+                meet(f"overlap-{step_id}-d2h-{g}", self.rank, self.nprocess)
+                self._d2h(*group, spans["d2h"])
         cur.wait_stream(self.d2h)
         end.record(cur)
         end.synchronize()
