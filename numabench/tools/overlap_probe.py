@@ -163,12 +163,13 @@ def _rank_times(numel: int, dtype: str, schedules: Sequence[Schedule], rounds: i
         w.close()
 
 
-def _rank_main(scratch: str, queue, rank_fn, args: tuple) -> None:
+def _rank_main(scratch: str, queue, rank_fn, rank: int, args: tuple) -> None:
     """A spawned rank: ``rank_fn(*args)``, or the error it raised, into ``queue``."""
     import os
 
-    os.environ["NUMABENCH_SCRATCH_DIR"] = scratch  # where the ranks meet
-    rank = args[4]
+    from numabench.toolkit.rank_barrier import SCRATCH_ENV
+
+    os.environ[SCRATCH_ENV] = scratch  # where the ranks meet
     try:
         queue.put((rank, rank_fn(*args)))
     except BaseException as e:  # noqa: BLE001 -- the parent reports it
@@ -184,7 +185,7 @@ def _all_ranks(numel: int, dtype: str, schedules: Sequence[Schedule], rounds: in
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="numabench-probe-") as scratch:
-        procs = [ctx.Process(target=_rank_main, args=(scratch, queue, rank_fn, (numel, dtype, schedules, rounds, r, nprocess)))
+        procs = [ctx.Process(target=_rank_main, args=(scratch, queue, rank_fn, r, (numel, dtype, schedules, rounds, r, nprocess)))
                  for r in range(nprocess)]
         for p in procs:
             p.start()

@@ -29,6 +29,8 @@ import dataclasses
 import itertools
 from typing import Any, Callable, Mapping, Sequence
 
+from numabench.toolkit.rank_barrier import meet
+
 IN_NAMES = ("param", "grad", "exp_avg", "exp_avg_sq")  # copied in
 OUT_NAMES = ("param", "exp_avg", "exp_avg_sq")  # copied back
 ENGINES = ("ce", "sm")
@@ -142,8 +144,6 @@ class OverlappedStep:
         ``pad``: the injected-slowdown pad (numabench.toolkit.inject) this step pads with (the
         caller's current one: a test swaps the worker's pad between steps)."""
         import torch
-
-        from numabench.toolkit.rank_barrier import meet
 
         self.pad, self.pad_key = pad, pad_key
         s, d, h, hd = self.s, self.dev, self.host, self.host_dev

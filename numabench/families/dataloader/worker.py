@@ -47,6 +47,7 @@ from numabench.families.dataloader.reply import DataloaderReply, LoaderWorkerRep
 from numabench.numa import mempolicy
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.numa.policy import Policy
+from numabench.toolkit.rank_barrier import SCRATCH_ENV
 
 DATASET_LENGTH = 1 << 16
 REPORT_WAIT_S = 60.0
@@ -123,7 +124,7 @@ class Worker(BaseWorker):
         self.cpus = list(spec.cpus) if self.bound and spec.cpus else None
         self.settings = loader_settings(spec, self.cuda)
         # In the group's scratch folder (removed by the parent even if this worker is killed)
-        self.report_dir = tempfile.mkdtemp(prefix="numabench-loader-", dir=os.environ.get("NUMABENCH_SCRATCH_DIR"))
+        self.report_dir = tempfile.mkdtemp(prefix="numabench-loader-", dir=os.environ.get(SCRATCH_ENV))
         self.loader = self.it = None
         self.host_dest = None
 
