@@ -48,6 +48,11 @@ def test_merge_joins_and_pools_invocations(tmp_path):
     assert invocation_medians(again) == [1.0, 2.0, 4.0]
     assert [s.split(" ")[0] for s in again["extra_info"][INVOCATION_SOURCES]] == ["0001_a.json", "0002_b.json",
                                                                                    "0004_d.json"]
+    # ... and the list of runs it was merged from, under its own file's entry
+    sources = merge_runs([c, d]).run["numabench_merged_from"]
+    assert [s["file"] for s in sources] == ["0003_m.json", "0004_d.json"]
+    assert [s["file"] for s in sources[0]["merged_from"]] == ["0001_a.json", "0002_b.json"]
+    assert "merged_from" not in sources[1]
 
 
 def test_merge_drops_the_gate_verdict_of_a_judged_run(tmp_path):

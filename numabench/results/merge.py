@@ -76,8 +76,11 @@ def merge_loaded(runs: Sequence[tuple[str, dict]], *, allow_foreign: bool = Fals
                 raise UsageError(f"run {source}: {name} has no per-round data (save runs with "
                                  "--benchmark-save-data; compare tests on it)")
             measured.setdefault(name, []).append((b, label, machine))
-        sources.append({"file": source, "datetime": run.get("datetime"),
-                        "commit": (run.get("commit_info") or {}).get("id"), "benchmarks": len(run["benchmarks"])})
+        entry = {"file": source, "datetime": run.get("datetime"),
+                 "commit": (run.get("commit_info") or {}).get("id"), "benchmarks": len(run["benchmarks"])}
+        if run.get("numabench_merged_from"):  # a merged baseline merged again keeps where its entries came from
+            entry["merged_from"] = run["numabench_merged_from"]
+        sources.append(entry)
     newest = runs[-1][1]
     out = {k: v for k, v in newest.items() if k != "benchmarks"}
     merged = [_without_verdict(_joined(entries[-1:] if replace else entries)) for entries in measured.values()]

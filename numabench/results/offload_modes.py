@@ -1,9 +1,11 @@
 """Where the training step goes, per train_step mode: the report's offload-modes table.
 
 One row per ``train_step`` entry (phase ``step``): the step, its forward / backward /
-optimizer parts (our clock: CUDA events on the current stream; DeepSpeed's own timers where
-the entry has them: its CPU Adam), the GPU's idle share measured by torch's profiler over a
-few untimed steps and, for DeepSpeed, its CPU Adam's share of the step (a lower bound on it), the bytes over PCIe per step per parameter (a model of each mode's copies) and
+optimizer parts (our clock: CUDA events on the current stream; DeepSpeed's own
+``optimizer_step`` timer where the entry has it: its CPU Adam, and under ZeRO-3 the parameters'
+copy back to the GPU too), the GPU's idle share measured by torch's profiler over a few untimed
+steps and, for ZeRO-2, that timer's share of the step (a lower bound on it), the bytes over
+PCIe per step per parameter (a model of each mode's copies) and
 the step over the no-offload reference's step (same model, dtype, ranks, policy and CPU
 binding in the same run or runs combined).
 """
@@ -35,7 +37,7 @@ class ModeRow:
     backward_ms: float | None
     optimizer_ms: float | None
     cpu_adam_ms: float | None  # DeepSpeed's optimizer_step timer
-    gpu_idle_min: float | None  # DeepSpeed's CPU Adam over the step (a lower bound)
+    gpu_idle_min: float | None  # ZeRO-2's optimizer_step timer over the step (a lower bound)
     gpu_idle: float | None  # measured: torch.profiler, no kernel or copy running
     pcie_bytes_per_param: float | None
     over_reference: float | None = None
@@ -72,7 +74,7 @@ def mode_rows(run: str | Path | dict) -> list[ModeRow]:
 def modes_table(rows: list[ModeRow]) -> str:
     """Markdown: one line per entry."""
     out = [("| mode | model | dtype | ranks | policy | cpu_bind | step ms | tokens/s | forward | backward "
-            "| optimizer | CPU Adam | GPU idle | GPU idle >= (CPU Adam) | PCIe B/param | x no-offload |"),
+            "| optimizer | DS optimizer_step | GPU idle | GPU idle >= (ZeRO-2) | PCIe B/param | x no-offload |"),
            "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def f(v: float | None, fmt: str = "{:.2f}") -> str:

@@ -29,7 +29,7 @@ class ShareRow:
     params_per_rank: int
     engine_step_ms: float  # our clock of engine.step()
     deepspeed_step_ms: float | None  # DeepSpeed's timer of the same call
-    deepspeed_cpu_adam_ms: float | None  # DeepSpeed's optimizer_step timer (CPU Adam)
+    deepspeed_cpu_adam_ms: float | None  # DeepSpeed's optimizer_step timer (its CPU Adam; ZeRO-3's with the H2D copy)
     adam_offload_ms: float | None = None
     adam_offload_name: str | None = None
 
@@ -72,7 +72,7 @@ def share_rows(run: str | Path | dict) -> list[ShareRow]:
 
 def share_table(rows: list[ShareRow]) -> str:
     """Markdown: one line per DeepSpeed entry."""
-    out = [("| train_step entry | params/rank | engine.step ms (ours) | DeepSpeed timer ms | its CPU Adam ms "
+    out = [("| train_step entry | params/rank | engine.step ms (ours) | DeepSpeed timer ms | its optimizer_step ms "
             "| adam_offload step ms | explained |"),
            "|---|---:|---:|---:|---:|---:|---:|"]
 

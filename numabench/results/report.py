@@ -110,7 +110,8 @@ def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | 
     if modes:
         md += ["## train_step — where the step goes, per mode", "",
                ("forward / backward / optimizer (what is left after backward returns) on our clock (CUDA events); "
-                "CPU Adam: DeepSpeed's own optimizer_step timer; GPU idle >=: that CPU Adam's share of the step; "
+                "DS optimizer_step: DeepSpeed's own timer of its CPU Adam (under ZeRO-3 with the parameters' copy "
+                "to the GPU); GPU idle >= (ZeRO-2): that timer's share of the step, GPU idle by construction; "
                 "PCIe B/param: a model of each mode's copies; x no-offload: the step over the reference's "
                 "(torch's fused AdamW, all state on the GPU) of the same model, dtype, ranks and policy."), "",
                modes_table(modes), ""]
