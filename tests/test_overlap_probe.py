@@ -45,3 +45,14 @@ def test_a_failing_rank_fails_the_probe_naming_it():
 
     with pytest.raises(RuntimeError, match="probe rank 1 failed: RuntimeError: no GPU here"):
         _all_ranks(-1, "fp32", [Schedule(4)], 3, 2, rank_fn=fake_rank)
+
+
+def test_more_ranks_than_gpus_is_refused_naming_the_count(capsys):
+    import torch
+
+    from numabench.tools.overlap_probe import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--nprocess", str(torch.cuda.device_count() + 1)])
+    assert exit_.value.code == 2
+    assert "CUDA GPU(s); rank r runs on GPU r" in capsys.readouterr().err

@@ -287,6 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from numabench.families.adam_offload.worker import auto_chunk
 
+    if args.nprocess > torch.cuda.device_count():
+        p.error(f"--nprocess {args.nprocess}: this machine has {torch.cuda.device_count()} CUDA GPU(s); "
+                "rank r runs on GPU r, so allowed 1 to the GPU count")
+
     item = torch.empty((), dtype={"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]).element_size()
     schedules = parse_schedules(args.schedules, auto_chunk(args.numel, item))
     t0 = time.time()
