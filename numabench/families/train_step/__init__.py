@@ -19,12 +19,14 @@ need a CUDA GPU.
 
 DeepSpeed modes also record, per round, ``optimizer`` (our clock of
 ``engine.step()``) beside DeepSpeed's own timers of that step (``ds_step``,
-``ds_optimizer_step``: its CPU Adam; wall_clock_breakdown) in extra_info.
+``ds_optimizer_step``: its CPU Adam, under ZeRO-3 with the parameters' copy back to the GPU;
+wall_clock_breakdown) in extra_info.
 
 Every mode records, per round, ``forward``, ``backward`` and ``optimizer`` (what is left of the
 step after backward returns) on our clock; extra_info has their medians and shares of the step,
 the bytes over PCIe per step per parameter (a model of the mode's copies) and, for DeepSpeed,
-its own timers (fwd, bwd, step, optimizer_step) and the GPU's idle share while its CPU Adam runs.
+its own timers (fwd, bwd, step, optimizer_step) and, under ZeRO-2, that optimizer_step's share of
+the step (GPU idle while it runs).
 
 extra_info: tokens/s and model TFLOPS (6 x params x tokens / time) as median,
 mean and std over the rounds (the seed 004 tables), time per step mean/std, peak
