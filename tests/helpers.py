@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
+import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +202,35 @@ def plausible_reply(key: str, **fields: Any):
     if key not in values:
         raise KeyError(f"no plausible reply for family {key!r}: add one (allowed {', '.join(sorted(values))})")
     return family(key).setup_reply(**{**values[key], **fields})
+
+
+# Ports. None is ever picked by binding port 0, closing the socket and handing the number on:
+# any other process may take it in between (EADDRINUSE; two suites or two xdist workers on one
+# runner). A port a test only needs to be refused is held; a server that takes its port as a
+# number is started on a random port below Linux's ephemeral range (where port-0 binds never
+# land) and started again on another where that one was taken.
+SERVER_PORTS = range(20000, 32768)
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A local TCP port that refuses connections (bound, never listening) and that no other
+    process can take while the ``with`` block holds it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
+class PortTaken(Exception):
+    """A server could not bind the port it was given: start it again on another."""
+
+
+def start_on_a_free_port(start: Callable[[int], Any], attempts: int = 20) -> Any:
+    """``start(port)`` on random ports of SERVER_PORTS until one does not raise PortTaken."""
+    tried = []
+    for port in random.sample(SERVER_PORTS, attempts):
+        try:
+            return start(port)
+        except PortTaken:
+            tried.append(port)
+    raise RuntimeError(f"every port tried was taken: {tried}")

@@ -1,5 +1,5 @@
 """A throw-away PostgreSQL server for the fleet tests: Debian's binaries, a temporary data
-folder, a free local port, password (SCRAM) authentication over TCP, run as an unprivileged
+folder, a local port nobody held (helpers.start_on_a_free_port), password (SCRAM) authentication over TCP, run as an unprivileged
 user (PostgreSQL refuses to run as root: under root the server runs as ``nobody``), stopped
 and its folder removed by ``stop`` whatever the tests did."""
 from __future__ import annotations
@@ -10,12 +10,13 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from helpers import PortTaken, start_on_a_free_port
 
 SUPERUSER = "numabench"
 
@@ -35,12 +36,6 @@ def find_bindir() -> Path | None:
         if (Path(c) / "initdb").is_file() and (Path(c) / "postgres").is_file():
             return Path(c)
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -90,30 +85,49 @@ def start(bindir: Path, timeout_s: float = 60) -> Server:
         pwfile.unlink()
         if init.returncode != 0:
             raise RuntimeError(f"initdb failed (exit {init.returncode}): {init.stderr.strip()[-500:]}")
-        port = _free_port()
-        log = open(folder / "server.log", "w")
-        if as_user:
-            os.chown(folder / "server.log", run_as["user"], run_as["group"])
-        # fsync off: a test cluster that is thrown away needs no durability, and it saves seconds
-        proc = subprocess.Popen([str(bindir / "postgres"), "-D", str(folder / "data"), "-p", str(port),
-                                 "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={folder}",
-                                 "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                                 "-c", "max_connections=40"],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=folder,
-                                start_new_session=True, **run_as)
-        log.close()
-        server = Server(bindir, folder, port, password, proc, as_user)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            ready = subprocess.run([str(bindir / "pg_isready"), "-h", "127.0.0.1", "-p", str(port), "-t", "2"],
-                                   capture_output=True)
-            if ready.returncode == 0:
-                return server
-            if proc.poll() is not None or time.monotonic() > deadline:
-                text = (folder / "server.log").read_text()[-800:]
-                server.stop()
-                raise RuntimeError(f"postgres did not start on port {port} (exit {proc.poll()}): {text}")
-            time.sleep(0.2)
+        return start_on_a_free_port(lambda port: _serve(bindir, folder, port, password, env, run_as, as_user,
+                                                        timeout_s))
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
+
+
+def _serve(bindir: Path, folder: Path, port: int, password: str, env: dict, run_as: dict, as_user: str | None,
+           timeout_s: float) -> Server:
+    """The server on ``port``; PortTaken where another process holds it."""
+    log = open(folder / "server.log", "w")
+    if as_user:
+        os.chown(folder / "server.log", run_as["user"], run_as["group"])
+    # fsync off: a test cluster that is thrown away needs no durability, and it saves seconds
+    proc = subprocess.Popen([str(bindir / "postgres"), "-D", str(folder / "data"), "-p", str(port),
+                             "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={folder}",
+                             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                             "-c", "max_connections=40"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=folder,
+                            start_new_session=True, **run_as)
+    log.close()
+    server = Server(bindir, folder, port, password, proc, as_user)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is None and _postmaster_ready(folder / "data"):
+            return server
+        if proc.poll() is not None or time.monotonic() > deadline:
+            text = (folder / "server.log").read_text()[-800:]
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            if "Address already in use" in text:
+                raise PortTaken(port)
+            shutil.rmtree(folder, ignore_errors=True)
+            raise RuntimeError(f"postgres did not start on port {port} (exit {proc.poll()}): {text}")
+        time.sleep(0.2)
+
+
+def _postmaster_ready(data: Path) -> bool:
+    """This server (not another on the same port: pg_isready cannot tell) accepts connections:
+    its postmaster.pid says "ready" (its 8th line, PostgreSQL 10 and later)."""
+    try:
+        lines = (data / "postmaster.pid").read_text().splitlines()
+    except OSError:
+        return False
+    return len(lines) >= 8 and lines[7].strip() == "ready"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -22,6 +21,7 @@ from typing import ClassVar
 
 import pytest
 
+from helpers import PortTaken, start_on_a_free_port
 from numabench.cli import main
 from numabench.errors import UsageError
 from numabench.results.fleet import KEY_FIELD, FleetIndex, parse_index_url, run_id
@@ -203,12 +203,6 @@ def test_history_of_a_key_in_the_index(fake_index, capsys):
 
 # -- a real server, where one can be had --------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _server_binary() -> tuple[str, str] | None:
     for kind in ("elasticsearch", "opensearch"):
         home = os.environ.get(f"{kind.upper()}_HOME")
@@ -230,23 +224,8 @@ def real_index():
                     "opensearch executable is on PATH, ELASTICSEARCH_HOME or OPENSEARCH_HOME (neither server is "
                     "packaged by Debian or PyPI: install one from its vendor's tarball)")
     kind, exe = found
-    port = _free_port()
-    data = tempfile.mkdtemp(prefix="numabench-es-")
-    security = "xpack.security.enabled=false" if kind == "elasticsearch" else "plugins.security.disabled=true"
-    proc = subprocess.Popen([exe, "-E", f"http.port={port}", "-E", f"path.data={data}", "-E", f"path.logs={data}",
-                             "-E", "discovery.type=single-node", "-E", security],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc, data, port = start_on_a_free_port(lambda p: _start_search_server(kind, exe, p))
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/_cluster/health?wait_for_status=yellow&timeout=5s",
-                                       timeout=10)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"{exe} did not start on port {port} (exit {proc.poll()})")
-                time.sleep(2)
         yield f"http://127.0.0.1:{port}/numabench-test"
     finally:
         os.killpg(proc.pid, 15)
@@ -256,6 +235,35 @@ def real_index():
             os.killpg(proc.pid, 9)
             proc.wait()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def _start_search_server(kind: str, exe: str, port: int) -> tuple[subprocess.Popen, str, int]:
+    """The server on ``port``, answering; PortTaken where another process holds the port (it
+    takes no port 0)."""
+    data = tempfile.mkdtemp(prefix="numabench-es-")
+    security = "xpack.security.enabled=false" if kind == "elasticsearch" else "plugins.security.disabled=true"
+    proc = subprocess.Popen([exe, "-E", f"http.port={port}", "-E", f"path.data={data}", "-E", f"path.logs={data}",
+                             "-E", "discovery.type=single-node", "-E", security],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/_cluster/health?wait_for_status=yellow&timeout=5s",
+                                   timeout=10)
+            if proc.poll() is None:  # this server answered, not another on the port
+                return proc, data, port
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+            proc.wait()
+            logs = " ".join(p.read_text(errors="replace") for p in Path(data).glob("*.log"))
+            shutil.rmtree(data, ignore_errors=True)
+            if "Address already in use" in logs or "BindException" in logs:
+                raise PortTaken(port)
+            pytest.fail(f"{exe} did not start on port {port} (exit {proc.poll()})")
+        time.sleep(2)
 
 
 def test_a_real_index_server(real_index):

@@ -1,6 +1,6 @@
 """numabench fleet on PostgreSQL, against a real server: Debian's postgres started once per
-session from a temporary folder on a free port (tests/pgserver.py), as an unprivileged user,
-stopped and removed at the end whatever the tests did. Outside CI a machine without the
+session from a temporary folder (tests/pgserver.py: a random port, another where that one was
+taken), as an unprivileged user, stopped and removed at the end whatever the tests did. Outside CI a machine without the
 binaries or psycopg skips these tests saying so; under CI=true they must run (a server that
 cannot start fails them).
 
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import pgserver
+from helpers import refused_port
 from numabench.cli import main
 from numabench.errors import UsageError
 from numabench.gate.invocations import invocation_machines, invocation_medians
@@ -260,13 +261,13 @@ fleet_pg._split_entry = slow
 
 
 def test_server_down_is_one_clear_line(tmp_path, monkeypatch):
-    port = pgserver._free_port()  # nothing listens there
     monkeypatch.setenv("PGPASSWORD", "s3cret-pw")
     run = _run("K", "r", "2026-11-20T10:00:00+00:00", {"t[a]": 1.0})
     (tmp_path / "run.json").write_text(json.dumps(run))
-    out = subprocess.run([sys.executable, "-m", "numabench", "fleet", "push", str(tmp_path / "run.json"),
-                          "--index", f"postgresql://bench@127.0.0.1:{port}/fleet"],
-                         capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    with refused_port() as port:  # held, never listening: refuses, and nobody else can take it meanwhile
+        out = subprocess.run([sys.executable, "-m", "numabench", "fleet", "push", str(tmp_path / "run.json"),
+                              "--index", f"postgresql://bench@127.0.0.1:{port}/fleet"],
+                             capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 2 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
@@ -377,12 +378,13 @@ def test_the_gate_job_keeps_its_window_in_the_database(db_url, tmp_path):
     assert f"judging against the rolling window {window}" in run.stdout, run.stdout + run.stderr
     assert [m["file"] for m in json.loads(window.read_text())["numabench_merged_from"]] == ["0001_base.json",
                                                                                            "run.json"]
-    down = f"postgresql://bench@127.0.0.1:{pgserver._free_port()}/fleet"
-    learn_down = _gate_job("learn", tmp_path, NUMABENCH_FLEET_URL=down)
+    with refused_port() as port:
+        down = f"postgresql://bench@127.0.0.1:{port}/fleet"
+        learn_down = _gate_job("learn", tmp_path, NUMABENCH_FLEET_URL=down)
+        run_down = _gate_job("run", tmp_path, "-k", "test_touch", "--collect-only", "-q", NUMABENCH_FLEET_URL=down)
     assert learn_down.returncode == 2
     assert learn_down.stderr.strip().splitlines() == [
         f"numabench: {down}: cannot connect (Connection refused): is the server running, and is the host and port right?"]
-    run_down = _gate_job("run", tmp_path, "-k", "test_touch", "--collect-only", "-q", NUMABENCH_FLEET_URL=down)
     assert "judging against the committed baseline" in run_down.stderr and not window.exists()
     assert "rolling window" not in run_down.stdout
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,12 +52,6 @@ def topo(name: str):
 
 def case(mode="ddp", model="tiny", nprocess=1, batch=4, dtype="fp32", policy="default"):
     return Case("train_step", nprocess, batch, Policy.parse(policy), dtype, (("mode", mode), ("model", model)))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_model_shapes_and_same_init():
@@ -230,9 +223,57 @@ def test_deepspeed_on_the_cpu_over_gloo(mode):
     assert 0.9 < m["optimizer_over_deepspeed_timer"] < 1.5, m
 
 
-def test_spec_extra_gives_a_rendezvous():
-    extra = FAM_MOD.spec_extra(case())
-    assert extra["master_addr"] == "127.0.0.1" and 0 < extra["master_port"] < 65536
+def test_no_port_is_picked_and_released():
+    """A port found by binding port 0, closing the socket and handing the number on can be
+    taken by any other process meanwhile (EADDRINUSE in torch.distributed): the family hands
+    no port to its ranks, rank 0's store binds one and keeps it."""
+    assert FAM.spec_extra is None
+    src = (ROOT / "numabench" / "families" / "train_step" / "worker.py").read_text()
+    assert "rendezvous.init_process_group(" in src and "init_method=" not in src
+
+
+_RANK = """
+import json, os, sys
+import torch.distributed as dist
+from numabench.toolkit import rendezvous
+rank, world = int(sys.argv[1]), int(sys.argv[2])
+addr, port = rendezvous.init_process_group("gloo", rank, world, timeout_s=60)
+ports = [None] * world
+dist.all_gather_object(ports, port)
+dist.destroy_process_group()
+print(json.dumps({"addr": addr, "ports": ports}))
+"""
+
+
+def test_ranks_meet_on_the_port_rank0_holds(tmp_path):
+    """Three ranks rendezvous through the group's scratch folder: rank 0's store port, read back
+    from the bound socket, reaches the others; a second group beside it gets its own."""
+    groups = []
+    for g in range(2):
+        scratch = tmp_path / f"group{g}"
+        scratch.mkdir()
+        env = {**os.environ, "NUMABENCH_SCRATCH_DIR": str(scratch)}
+        groups.append([subprocess.Popen([sys.executable, "-c", _RANK, str(r), "3"], cwd=ROOT, env=env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       for r in (2, 1, 0)])  # rank 0 last: the others wait for its port file
+    ports = []
+    for procs in groups:
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [o[1][-1500:] for o in outs]
+        replies = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
+        assert len({tuple(r["ports"]) for r in replies}) == 1 and len(set(replies[0]["ports"])) == 1
+        ports.append(replies[0]["ports"][0])
+    assert ports[0] != ports[1] and all(0 < p < 65536 for p in ports)
+
+
+def test_rendezvous_without_a_scratch_folder_says_so(monkeypatch):
+    from numabench.toolkit import rendezvous
+
+    monkeypatch.delenv("NUMABENCH_SCRATCH_DIR", raising=False)
+    with pytest.raises(RuntimeError, match="NUMABENCH_SCRATCH_DIR is None"):
+        rendezvous.init_process_group("gloo", 0, 2)
+    with pytest.raises(ValueError, match="rank 2 of 2"):
+        rendezvous.init_process_group("gloo", 2, 2, directory="/tmp")
 
 
 def torchrun(tmp_path, args: list[str], timeout: int) -> subprocess.CompletedProcess:
@@ -247,7 +288,7 @@ def torchrun(tmp_path, args: list[str], timeout: int) -> subprocess.CompletedPro
 
 def test_torchrun_entry_point(tmp_path):
     out = tmp_path / "r.json"
-    args = ["--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "numabench.tools.train_step_cli",
+    args = ["--nproc-per-node", "2", "--standalone", "-m", "numabench.tools.train_step_cli",
             "--mode", "ddp", "--model", "tiny", "--batch", "2", "--steps", "2", "--warmup", "1",
             "--numa-policy", "local", "--json", str(out)]
     if TOPO.gpus:
@@ -270,8 +311,7 @@ gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason
 def test_gpu_modes(mode, dtype):
     n = min(2, torch.cuda.device_count())
     c = case(mode=mode, nprocess=n, batch=4 * n, dtype=dtype, policy="local")
-    res = run_case(c, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=600,
-                   spec_extra={"master_addr": "127.0.0.1", "master_port": free_port()})
+    res = run_case(c, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=600)
     infos = res.setup_info
     assert all(i.backend == "nccl" for i in infos)
     assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
@@ -315,8 +355,7 @@ def test_gpu_offload_libraries(mode):
     pytest.importorskip(MODE_PACKAGES[mode], reason=f"the optional package {MODE_PACKAGES[mode]} is not installed")
     n = 1 if mode == "torchao-offload" else min(2, torch.cuda.device_count())
     c = case(mode=mode, nprocess=n, batch=4 * n, dtype="bf16", policy="local")
-    res = run_case(c, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=900,
-                   spec_extra={"master_addr": "127.0.0.1", "master_port": free_port()})
+    res = run_case(c, FAM, TOPO, CAPS, rounds=3, warmup=1, timeout_s=900)
     infos = res.setup_info
     assert all(i.placed == "host state" for i in infos)
     # AdamW's two moments and the fp32 master weights of this rank's share, on the host
@@ -348,7 +387,7 @@ def test_gpu_offload_libraries(mode):
 def test_torchrun_gpu(tmp_path):
     n = min(2, torch.cuda.device_count())
     out = tmp_path / "r.json"
-    args = ["--nproc-per-node", str(n), "--master-port", str(free_port()), "-m", "numabench.tools.train_step_cli",
+    args = ["--nproc-per-node", str(n), "--standalone", "-m", "numabench.tools.train_step_cli",
             "--mode", "fsdp-offload", "--model", "small", "--batch", "2", "--dtype", "bf16", "--steps", "3",
             "--warmup", "2", "--numa-policy", "local", "--json", str(out)]
     proc = torchrun(tmp_path, args, timeout=600)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import socket
 import statistics
 
 from numabench.cases import CaseResult
@@ -117,14 +116,6 @@ def skip_reason(case) -> str | None:
         return ("mode torchao-offload runs one rank: torchao's CPUOffloadOptimizer copies each gradient to the "
                 "host as backward makes it, before DDP would average it across ranks")
     return None
-
-
-def spec_extra(case) -> dict:
-    """Per-case spec fields: the process group's rendezvous on a port free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return {"master_addr": "127.0.0.1", "master_port": port}
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -294,5 +285,4 @@ FAMILY = GpuOrCpuFamily(
     metrics=metrics,
     default_rounds=DEFAULT_ROUNDS,
     default_warmup=DEFAULT_WARMUP,
-    spec_extra=spec_extra,
 )

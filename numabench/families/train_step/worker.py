@@ -24,9 +24,9 @@ Modes (``mode`` axis, each its own worker run):
 ``Trainer`` is the model + wrapper + optimizer + step, shared with the
 torchrun entry point ``python -m numabench.tools.train_step_cli``.
 
-The process group: rank = spec.rank, world = spec.nprocess, rendezvous
-at spec.extra['master_addr']:spec.extra['master_port'] (the family passes a free port);
-without them 127.0.0.1 and a port derived from the parent's pid and the case.
+The process group: rank = spec.rank, world = spec.nprocess, rendezvous on a store that
+rank 0 binds on a port the kernel picks and keeps (numabench.toolkit.rendezvous: no port
+is picked and released, so no other process can take it first).
 
 Setup runs ``SETUP_STEPS`` untimed steps on one fixed batch and checks that the
 loss falls (the model learns), and in DDP that all ranks hold bit-identical
@@ -39,12 +39,9 @@ the process's anonymous memory.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import hashlib
-import json
 import os
 import time
-import zlib
 from typing import ClassVar
 
 from numabench.families.base import Worker as BaseWorker
@@ -53,6 +50,7 @@ from numabench.families.train_step import MODES, POOL
 from numabench.families.train_step.applied import mismatch, running_policy
 from numabench.families.train_step.configs import BETAS, EPS, WEIGHT_DECAY
 from numabench.families.train_step.reply import GpuIdle, TrainStepReply
+from numabench.toolkit import rendezvous
 
 SETUP_STEPS = 4
 
@@ -447,12 +445,6 @@ def anon_report(pid: int | str = "self"):
     return PlacementReport(totals, source=f"/proc/{pid}/numa_maps anon")
 
 
-def derived_port(spec: WorkerSpec) -> int:
-    key = json.dumps({"nprocess": spec.nprocess, "batch": spec.batch, "dtype": spec.dtype,
-                      "variants": [dict(v) for v in spec.variants]}, sort_keys=True)
-    return 20000 + zlib.crc32(f"{os.getppid()}:{key}".encode()) % 30000
-
-
 def rank_threads(spec: WorkerSpec) -> int | None:
     """torch's intra-op threads for this rank: its CPUs shared among the ranks
     bound to the same node (``cpu_share``), so that ranks side by side do not
@@ -501,12 +493,9 @@ class Worker(BaseWorker):
         why = mismatch(spec.policy, running)
         if why:
             raise RuntimeError(f"rank {rank} did not get the case's memory policy: {why}")
-        addr = str(spec.extra.get("master_addr") or "127.0.0.1")
-        port = int(spec.extra.get("master_port") or derived_port(spec))
         with self.setup_part("dist_init"):
-            dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
-                                    world_size=world, timeout=datetime.timedelta(seconds=300),
-                                    **({"device_id": device} if cuda else {}))
+            addr, port = rendezvous.init_process_group("nccl" if cuda else "gloo", rank, world, timeout_s=300,
+                                                       **({"device_id": device} if cuda else {}))
         # torchrun's variables, as a library that assumes torchrun reads them (DeepSpeed takes its
         # device from LOCAL_RANK and looks for the rest before it reuses the process group)
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(spec.gpu if cuda else 0),
