@@ -153,7 +153,7 @@ def test_fault_fails_its_case_and_the_next_runs(family, moment, kind, tmp_path, 
         during = "during setup" if moment in ("setup", "load") else "during step 2"
         assert during in message, message[-2000:]
         assert f"{kind} at {moment.replace('step2', 'step 2')}" in message, message[-2000:]
-    # how soon: a kill or a raise within 20 s of the case's start (worker start and set-up included: on a
+    # how soon: a kill or a raise within 20 s of the case's start (plus the next case's time, below) (worker start and set-up included: on a
     # loaded 2-core runner a torch import alone takes seconds; observed 0.1-3.1 s); a hang
     # within its time-out
     limit = {"kill": 20, "raise": 20}.get(kind) or (
@@ -162,7 +162,12 @@ def test_fault_fails_its_case_and_the_next_runs(family, moment, kind, tmp_path, 
         # a GPU worker's set-up comes first: CUDA context, correctness checks, copy ceilings
         # (H100: a step-2 hang failed its case 18.7 s after the start, 14 s of it set-up)
         limit += GPU_SETUP_S
-    assert first[1] < limit, (first[1], limit)
+    # A loaded runner stretches the worker's start-up and set-up that come before the fault
+    # (a step-2 hang failed its case 17 s after its start beside other work, 4 s of it the
+    # time-out): the next case of the run, which starts and sets up the same workers under the
+    # same load, measures that stretch, and the limit grows by its time.
+    startup = max((r[1] for r in passed), default=0.0)
+    assert first[1] < limit + startup, (first[1], limit, startup)
     assert wall < 200
     # nothing left behind: no worker, no temporary file, no held or stale build lock
     assert not workers_with(once)
