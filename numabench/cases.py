@@ -7,12 +7,14 @@ this module crosses the axes into cases and names them.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from numabench.errors import UsageError
+from numabench.numerals import decimal, integer
 from numabench.numa.placement import PlacementReport, Verdict
 from numabench.numa.policy import Policy
 
@@ -43,9 +45,9 @@ def parse_sizes(text: str) -> list[int]:
         mult = {"k": 1e3, "m": 1e6, "g": 1e9}.get(part[-1].lower(), 1)
         num = part[:-1] if mult != 1 else part
         try:
-            value = float(num) * mult
+            value = decimal(num) * mult
         except ValueError:
-            raise UsageError(f"bad size {part!r} in {text!r}: allowed are positive element counts, "
+            raise UsageError(f"bad size {part!r} in {text!r}: allowed are positive element counts in ASCII digits, "
                              "optionally with K/M/G (decimal)") from None
         if not math.isfinite(value) or value < 1 or value != int(value):
             raise UsageError(f"bad size {part!r} in {text!r}: must be a positive whole number of elements")
@@ -57,22 +59,25 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def parse_dtypes(text: str) -> list[str]:
-    out = [t.strip().lower() for t in text.split(",") if t.strip()]
+    out = [t.strip().lower() for t in text.split(",")]
+    if not any(out):
+        raise UsageError(f"empty dtype list {text!r}: allowed {', '.join(DTYPES)}")
+    if not all(out):
+        raise UsageError(f"empty entry in dtypes {text!r}: allowed {', '.join(DTYPES)}, comma separated")
     for t in out:
         if t not in DTYPES:
             raise UsageError(f"unknown dtype {t!r}: allowed {', '.join(DTYPES)}")
-    if not out:
-        raise UsageError(f"empty dtype list {text!r}: allowed {', '.join(DTYPES)}")
     return out
 
 
 def parse_ints(text: str, what: str) -> list[int]:
+    allowed = "allowed positive integers in ASCII digits, comma separated"
     try:
-        out = [int(t) for t in text.split(",") if t.strip()]
+        out = [integer(t) for t in text.split(",")]  # an empty entry is no integer
     except ValueError:
-        raise UsageError(f"bad {what} list {text!r}: allowed positive integers, comma separated") from None
-    if not out or any(v < 1 for v in out):
-        raise UsageError(f"bad {what} list {text!r}: allowed positive integers, comma separated")
+        raise UsageError(f"bad {what} list {text!r}: {allowed}") from None
+    if any(v < 1 for v in out):
+        raise UsageError(f"bad {what} list {text!r}: {allowed}")
     return out
 
 
@@ -93,14 +98,17 @@ class Knob:
     retired_env: str | None = None  # the environment variable it replaces (an error where set)
 
 
+_ASCII_DIGITS = re.compile(r"[0-9]+")  # str.isdigit() is true of '٣' and '²' too
+
+
 def _whole(low: int, unit: str):
     def parse(text: str) -> str:
         t = text.strip()
         mult = {"k": 2**10, "m": 2**20, "g": 2**30}.get(t[-1:].lower(), 1) if unit == "bytes" else 1
         num = t[:-1] if mult != 1 else t
-        if not num.isdigit() or int(num) * mult < low:
+        if not _ASCII_DIGITS.fullmatch(num) or int(num) * mult < low:
             suffix = " (K/M/G: binary multiples)" if unit == "bytes" else ""
-            raise UsageError(f"{text!r}: allowed auto or a whole number of {unit} >= {low}{suffix}")
+            raise UsageError(f"{text!r}: allowed auto or a whole number of {unit} >= {low} in ASCII digits{suffix}")
         return str(int(num) * mult)
     return parse
 
@@ -189,8 +197,8 @@ class Case:
 def parse_axis_option(text: str) -> tuple[str, list[str]]:
     """'alloc=register,torch' -> ('alloc', ['register', 'torch'])."""
     name, eq, values = text.partition("=")
-    vals = [v.strip() for v in values.split(",") if v.strip()]
-    if not eq or not name.strip() or not vals:
+    vals = [v.strip() for v in values.split(",")]
+    if not eq or not name.strip() or not all(vals):
         raise UsageError(f"bad --numa-axis {text!r}: write AXIS=VALUE[,VALUE], e.g. alloc=register,torch")
     return name.strip(), vals
 

@@ -43,7 +43,7 @@ KINDS = WORKER_KINDS + PARENT_KINDS
 OOM_BYTES = 1 << 50  # 1 PiB: more than any GPU or host has (and than x86-64 user space)
 _ALLOWED = ("KIND@WHEN[:rankN] joined by '|', KIND one of " + ", ".join(KINDS)
             + "; WHEN setup, step, stepN (N >= 1), load or build; e.g. kill@step3:rank1|hang@setup")
-_ITEM = re.compile(r"^(?P<kind>[a-z]+)@(?P<when>setup|load|build|step(?P<n>\d+)?)(?::rank(?P<rank>\d+))?$")
+_ITEM = re.compile(r"(?P<kind>[a-z]+)@(?P<when>setup|load|build|step(?P<n>[0-9]+)?)(?::rank(?P<rank>[0-9]+))?")
 ONCE_ENV = "NUMABENCH_FAULT_ONCE"
 
 
@@ -69,11 +69,14 @@ class Fault:
 
 
 def parse(text: str) -> list[Fault]:
+    """The faults in ``text`` (none where it is empty); UsageError naming a malformed one."""
+    if not text.strip():
+        return []
     out = []
     for item in (t.strip() for t in text.split("|")):
         if not item:
-            continue
-        m = _ITEM.match(item)
+            raise UsageError(f"{FAULT_ENV}: empty entry in {text!r}: allowed {_ALLOWED}")
+        m = _ITEM.fullmatch(item)
         if not m or m["kind"] not in KINDS:
             raise UsageError(f"{FAULT_ENV}: bad fault {item!r} in {text!r}: allowed {_ALLOWED}")
         n = int(m["n"]) if m["n"] else None

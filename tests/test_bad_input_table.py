@@ -135,6 +135,22 @@ PYTEST = [
     ("benchmark-compare", "--benchmark-compare=9999", "'9999'"),
     ("benchmark-json-no-folder", "--benchmark-json={d}/nodir/x.json", "{d}/nodir/x.json"),
     ("benchmark-json-a-folder", "--benchmark-json={d}/dir", "{d}/dir"),
+    # empty entries in a list, and numbers in digits other than ASCII's (int() reads '٠' and '０' as 0)
+    ("policy-empty-entry", "--numa-policies=bind:0;;", "'bind:0;;'"),
+    ("policy-arabic-indic-digit", "--numa-policies=bind:\u0660", "'\u0660'"),
+    ("policy-fullwidth-digit", "--numa-policies=bind:\uff10", "'\uff10'"),
+    ("policy-underscore", "--numa-policies=bind:1_0", "'1_0'"),
+    ("policy-weight-fullwidth", "--numa-policies=weighted:0=\uff12", "'0=\uff12'"),
+    ("size-fullwidth", "--param-sizes=\uff11M", "'\uff11M'"),
+    ("size-underscore", "--param-sizes=1_000", "'1_000'"),
+    ("nprocess-empty-entry", "--nprocess=1,,2", "'1,,2'"),
+    ("nprocess-arabic-indic", "--nprocess=\u0662", "'\u0662'"),
+    ("dtypes-empty-entry", "--dtypes=fp32,,fp16", "'fp32,,fp16'"),
+    ("rounds-arabic-indic", "--numa-rounds=\u0663", "--numa-rounds=\u0663"),
+    ("timeout-fullwidth", "--numa-timeout=\uff13\uff10", "--numa-timeout=\uff13\uff10"),
+    ("axis-empty-entry", "--numa-axis=impl=ours,", "'impl=ours,'"),
+    ("axis-knob-arabic-indic", "--numa-axis=chunk_numel=\u0663", "'\u0663'"),
+    ("gate-threshold-fullwidth", "--numa-gate-threshold=\uff15%", "'\uff15%'"),
 ]
 
 ROWS = ([pytest.param([sys.executable, "-m", "numabench", *args.split(" ")], 2, text, id=f"cli-{name}")

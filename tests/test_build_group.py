@@ -1,8 +1,9 @@
-"""A kernel build is killed whole: the builder leads its own process group, and what it
+"""A kernel build is killed whole: the builder leads its own session, and what it
 started (ninja, c++, cc1plus; here a stand-in `sleep`) dies with it on a time-out, on an
 interrupt, and when the process that asked for the build is killed."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,9 +12,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
+from helpers import end_child, start_child
 from numabench.kernels import prebuild
+from numabench.kernels.build import TORCH_BATON
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,3 +99,55 @@ def test_builders_still_build(kernel, tmp_path, monkeypatch):
     monkeypatch.setenv("NUMABENCH_BUILD_DIR", str(tmp_path / "build"))
     [(name, status)] = list(prebuild.build_all([kernel]))
     assert name == kernel and status.startswith("ready"), status
+
+
+def _in_folder(folder: Path) -> list[str]:
+    """Processes whose working folder or command line is inside ``folder`` (a build's compilers)."""
+    found = []
+    for p in psutil.process_iter(["pid", "name", "cmdline", "cwd", "status"]):
+        info = p.info
+        if info["status"] == psutil.STATUS_ZOMBIE or info["pid"] == os.getpid():
+            continue
+        if str(folder) in (info["cwd"] or "") or any(str(folder) in a for a in info["cmdline"] or ()):
+            found.append(f"{info['pid']} {info['name']}")
+    return found
+
+
+def _compiling(pid: int, timeout_s: float = 180) -> list[str]:
+    """The compilers under process ``pid`` once one runs."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            names = [p.name() for p in psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:
+            names = []
+        if "cc1plus" in names:
+            return names
+        time.sleep(0.05)
+    raise AssertionError(f"no compiler started under {pid} within {timeout_s:g} s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_a_caller_stopped_mid_compile_leaves_no_compiler_and_no_marker(sig, tmp_path):
+    """A real compile (the stream kernel into a fresh build folder): ninja puts each compiler in a
+    process group of its own, so the builder's group alone is not the build. Killing or
+    interrupting the process that asked for it ends every compiler at once, and torch's
+    marker (`lock`) is not left in the build folder."""
+    build = tmp_path / "build"
+    caller = "from numabench.kernels import prebuild; list(prebuild.build_all(['stream']))"
+    proc = start_child([sys.executable, "-c", caller], cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "NUMABENCH_BUILD_DIR": str(build)})
+    try:
+        _compiling(proc.pid)
+        proc.send_signal(sig)
+        proc.communicate(timeout=60)
+        deadline = time.monotonic() + 8.0  # an orphaned compile goes on for 20 s and more here
+        while _in_folder(build) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _in_folder(build), "compilers outlived the process that asked for the build"
+        assert not list(build.rglob(TORCH_BATON)), "torch's build marker was left behind"
+    finally:
+        end_child(proc)
+        for line in _in_folder(build):  # whatever a failed check left, so that nothing outlives the test
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(int(line.split()[0])).kill()

@@ -7,10 +7,12 @@ workers directly (this machine has one NUMA node, so nprocess=2 cases skip)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -30,6 +32,7 @@ TOPO = discover("/")
 CAPS = probe()
 NODE = TOPO.memory_node_ids[0]
 WORKER = [sys.executable, "-m", "numabench.workers.main", "touch"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def descendants() -> set[int]:
@@ -165,6 +168,24 @@ def test_bad_fault_spec_is_a_usage_error_before_any_worker(text, fragment, monke
     case = Case("touch", 1, 1 << 18, Policy.parse(f"bind:{NODE}"), "fp32")
     with pytest.raises(UsageError, match="NUMABENCH_FAULT"):
         run_case(case, family("touch"), TOPO, CAPS, rounds=1, warmup=0, timeout_s=30)
+
+
+@pytest.mark.parametrize("text", ["explode@now", "kill@step\u0663", "kill@step1||raise@setup"],
+                         ids=["unknown", "arabic-indic-digit", "empty-entry"])
+def test_a_malformed_fault_stops_the_run_before_any_worker(text, tmp_path):
+    """The pytest run: exit 4 and one line naming the value while pytest configures, not a
+    failed case; no worker's scratch folder, no --benchmark-json written."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    out_json = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-p", "no:cacheprovider", "-q",
+                           "--numa-policies=default", "--param-sizes=1M", "--numa-rounds=2",
+                           f"--benchmark-json={out_json}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, faults.FAULT_ENV: text, "TMPDIR": str(tmpdir)})
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR and len(lines) == 1, proc.stdout + proc.stderr
+    assert lines[0].startswith("ERROR: NUMABENCH_FAULT: ") and repr(text) in lines[0], lines[0]
+    assert not out_json.exists() and not list(tmpdir.iterdir())
 
 
 def test_fault_grammar():

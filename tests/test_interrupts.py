@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import end_child, finish, scratch_left, start_child, workers_of
+from helpers import end_child, finish, scratch_left, start_child, wait_for_workers, workers_of
 
 from numabench.interrupts import DEFAULTS, put_back, restore_interrupts
 from numabench.machine.capabilities import probe
@@ -160,3 +160,41 @@ def test_the_cli_started_with_interrupts_ignored_takes_them_again():
     out = subprocess.run([sys.executable, "-c", probe_code], preexec_fn=ignore, capture_output=True,
                          text=True, timeout=60, check=True).stdout
     assert out.splitlines()[-1] == "True True", out
+
+
+def touch_run(tmpdir: Path, *args: str, fault: str | None = None) -> subprocess.Popen:
+    """`pytest benchmarks/test_touch.py` on one 1M default case, its TMPDIR ``tmpdir``."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMABENCH_FAULT"}
+    env.update(TMPDIR=str(tmpdir), **({"NUMABENCH_FAULT": fault} if fault else {}))
+    return start_child([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-p", "no:cacheprovider", "-q",
+                        "--numa-policies=default", "--param-sizes=1M", "--numa-rounds=2", *args], cwd=ROOT, env=env)
+
+
+def test_a_killed_runs_scratch_folder_is_removed_by_the_next_run_and_a_live_runs_is_not(tmp_path):
+    """SIGKILL leaves no clean-up to run: the killed run's scratch folder stays until the next
+    run in the same TMPDIR removes it (its owner is dead); a live run's is left alone."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    killed = touch_run(tmpdir, fault="hang@step1")
+    try:
+        wait_for_workers(killed)
+        os.kill(killed.pid, signal.SIGKILL)  # the run alone: its workers die with it (PR_SET_PDEATHSIG)
+        killed.wait(timeout=30)
+    finally:
+        end_child(killed)
+    left = scratch_left(tmpdir)
+    assert len(left) == 1, left  # what a SIGKILLed run leaves
+    live = touch_run(tmpdir, fault="hang@step1")
+    try:
+        wait_for_workers(live)
+        theirs = [name for name in scratch_left(tmpdir) if name not in left]
+        nxt = touch_run(tmpdir)
+        out = finish(nxt, 300)
+        assert nxt.returncode == 0, out
+        assert scratch_left(tmpdir) == theirs, "the next run removed a live run's folder or kept a dead one's"
+        live.send_signal(signal.SIGINT)
+        out = finish(live, 60)
+    finally:
+        end_child(live)
+    assert live.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert not scratch_left(tmpdir)

@@ -211,7 +211,7 @@ def test_expectation_needs_resolved_policy(text):
 
 @pytest.mark.parametrize("text, ids", [
     pytest.param("default;bind:0;interleave:0,1", ["default", "bind:0", "interleave:0,1"], id="three"),
-    pytest.param(" weighted:0=1,1=3 ; interleave:all ;", ["weighted:0=1,1=3", "interleave:all"], id="spaces-trailing"),
+    pytest.param(" weighted:0=1,1=3 ; interleave:all ", ["weighted:0=1,1=3", "interleave:all"], id="spaces"),
     pytest.param("local", ["local"], id="one"),
 ])
 def test_parse_policies(text, ids):
@@ -221,6 +221,13 @@ def test_parse_policies(text, ids):
 @pytest.mark.parametrize("text", ["", " ; ;", ";"])
 def test_parse_policies_empty(text):
     with pytest.raises(PolicyError, match="empty policy list"):
+        parse_policies(text)
+
+
+@pytest.mark.parametrize("text", ["bind:0;;", "bind:0;", ";bind:0", "default; ;bind:0"])
+def test_an_empty_entry_among_policies_is_an_error(text):
+    """As in every other list option (--param-sizes=1M,,2M): a doubled or trailing separator is a typo."""
+    with pytest.raises(PolicyError, match=f"empty entry in policies {text!r}"):
         parse_policies(text)
 
 

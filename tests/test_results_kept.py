@@ -3,6 +3,7 @@ results/last-run.json as it was; a finished run replaces it whole. Children run 
 process group with defined signal dispositions and are ended with it (tests/helpers.py)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import psutil
+import pytest
 from helpers import finish, scratch_left, start_child, wait_for_workers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,3 +153,120 @@ def test_a_run_that_measured_nothing_says_so_and_fails_unless_allowed(tmp_path):
     finally:
         os.environ.pop("NUMABENCH_ALLOW_EMPTY")
     assert p.returncode == 0, out
+
+
+def left_beside(last: Path) -> list[str]:
+    """Files in the results folder other than last-run.json (temporary files of the job)."""
+    return sorted(f.name for f in last.parent.iterdir() if f.name not in (last.name, "store", "tmp"))
+
+
+def still_running(tmp_path: Path) -> list[str]:
+    """Processes of the job (bash, pytest, workers) still there: their command line or TMPDIR names tmp_path."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        with contextlib.suppress(psutil.Error):
+            if p.info["status"] != psutil.STATUS_ZOMBIE and p.info["pid"] != os.getpid() and (
+                    any(str(tmp_path) in a for a in p.info["cmdline"] or ())
+                    or str(tmp_path) in p.environ().get("TMPDIR", "")):
+                found.append(" ".join(p.info["cmdline"] or ()))
+    return found
+
+
+def one_line(out: str, start: str) -> str:
+    """The one line of ``out`` that starts with ``start`` (AssertionError where not exactly one, or
+    where there is a traceback)."""
+    assert "Traceback" not in out, out
+    lines = [ln for ln in out.splitlines() if ln.startswith(start)]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+@pytest.fixture
+def immutable(tmp_path):
+    """Makes a file immutable (chattr +i: not even root may replace it), always undone."""
+    made = []
+
+    def make(path: Path) -> None:
+        out = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.skip(f"chattr +i is not available here: {out.stderr.strip() or out.returncode}")
+        made.append(path)
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_results_that_cannot_replace_the_last_ones_are_kept_and_named(tmp_path, immutable):
+    last = tmp_path / "last-run.json"
+    last.write_text('{"previous": true}')
+    immutable(last)
+    p = bench(tmp_path, "--numa-policies=default", "--param-sizes=1M", "--numa-rounds=2")
+    out = finish(p, 300)
+    assert p.returncode == 6, out
+    kept = tmp_path / "last-run.new.json"
+    line = one_line(out, "[bench] ")
+    assert line == f"[bench] cannot replace {last}: Operation not permitted; it is unchanged, the new results are " \
+                   f"kept in {kept}", out
+    assert json.loads(last.read_text()) == {"previous": True}
+    assert json.loads(kept.read_text())["benchmarks"][0]["name"].startswith("test_touch[")
+    assert left_beside(last) == [kept.name]
+    assert not scratch_left(tmp_path / "tmp") and not still_running(tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_to_the_job_alone_stops_pytest_too(sig, tmp_path):
+    """The signal reaches `.ci/bench` only (not its process group, as `kill PID` or a CI that
+    signals its step's shell sends it): the job passes it on, waits for pytest to end its
+    workers, removes its temporary file, keeps the last results, exits 128+signal."""
+    last = tmp_path / "last-run.json"
+    last.write_text('{"previous": true}')
+    os.environ["NUMABENCH_FAULT"] = "hang@step1"
+    try:
+        p = bench(tmp_path, "--numa-policies=default", "--param-sizes=1M")
+    finally:
+        os.environ.pop("NUMABENCH_FAULT")
+    try:
+        wait_for_workers(p)
+        time.sleep(1.0)  # the worker reaches its first step and hangs there
+        os.kill(p.pid, sig)
+    finally:
+        out = finish(p, INTERRUPT_WAIT_S)
+    assert p.returncode == 128 + sig, out
+    assert one_line(out, "[bench] ") == f"[bench] stopped by {sig.name}: {last} is unchanged"
+    assert json.loads(last.read_text()) == {"previous": True}
+    assert not left_beside(last) and not scratch_left(tmp_path / "tmp")
+    assert not still_running(tmp_path)
+
+
+def test_a_file_size_limit_ends_the_job_in_one_line_and_keeps_the_last_results(tmp_path):
+    """RLIMIT_FSIZE below the size of the results, SIGXFSZ ignored (so a write fails with EFBIG
+    instead of killing the writer): one line naming the file, exit 6, nothing half-written."""
+    last = tmp_path / "last-run.json"
+    last.write_text('{"previous": true}')
+    env = {**child_env(tmp_path), "NUMABENCH_RESULTS_DIR": str(tmp_path)}
+    p = start_child(["bash", "-c", "trap '' XFSZ; ulimit -f 2; exec bash .ci/bench \"$@\"", "bench", "-k", "test_touch",
+                     "-p", "no:cacheprovider", "-q", f"--benchmark-storage=file://{tmp_path}/store",
+                     "--numa-policies=default", "--param-sizes=1M", "--numa-rounds=2"], cwd=ROOT, env=env)
+    out = finish(p, 300)
+    assert p.returncode == 6, out
+    line = one_line(out, "ERROR: ")
+    assert line.startswith(f"ERROR: --benchmark-json: cannot write {tmp_path}/.last-run.json.") \
+        and "File too large" in line, out
+    assert json.loads(last.read_text()) == {"previous": True}
+    assert not left_beside(last) and not scratch_left(tmp_path / "tmp")
+
+
+def test_a_malformed_fault_ends_the_job_before_any_case_and_keeps_the_last_results(tmp_path):
+    last = tmp_path / "last-run.json"
+    last.write_text('{"previous": true}')
+    os.environ["NUMABENCH_FAULT"] = "explode@now"
+    try:
+        p = bench(tmp_path, "--numa-policies=default", "--param-sizes=1M", "--numa-rounds=2")
+    finally:
+        os.environ.pop("NUMABENCH_FAULT")
+    out = finish(p, 300)
+    assert p.returncode == 4, out
+    assert one_line(out, "ERROR: ").startswith("ERROR: NUMABENCH_FAULT: bad fault 'explode@now'"), out
+    assert json.loads(last.read_text()) == {"previous": True}
+    assert not left_beside(last) and not scratch_left(tmp_path / "tmp")

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from numabench.errors import UsageError
+from numabench.numerals import decimal
 from numabench.machine.hwkey import run_hardware_key
 from numabench.gate.band import (
     DEFAULT_COARSEST_PCT,
@@ -69,7 +70,7 @@ def parse_threshold(text: str | float) -> float:
     """'5%' or '5' -> 5.0 (percent)."""
     raw = str(text).strip()
     try:
-        value = float(raw[:-1] if raw.endswith("%") else raw)
+        value = decimal(raw[:-1] if raw.endswith("%") else raw)
     except ValueError:
         raise UsageError(f"bad threshold {text!r}: write a percentage, e.g. 3% or 2.5") from None
     if not (value >= 0 and math.isfinite(value)):

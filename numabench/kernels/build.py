@@ -6,10 +6,12 @@ process or a second pytest session loads the shared object in milliseconds.
 
 One process builds at a time, under an flock on ``<build folder>.flock``: the
 kernel releases it when its holder dies, whatever the death. torch's own
-marker file (``<build folder>/lock``, which a killed builder leaves behind and
-every later builder then waits on forever) is therefore stale whenever we hold
-the flock: it is removed, and the removal named on stderr. A process that has
-to wait says so on stderr first, so a time-out names what it waited on.
+marker file (``<build folder>/lock``, which every later builder would wait on
+forever) belongs to the flock's holder: a builder that is stopped removes its
+own (``drop_own_baton``, numabench.kernels.builder_tree), and one that a builder
+SIGKILLed before it could left is stale whenever we hold the flock (its owner is
+dead): it is removed, and the removal named on stderr. A process that has to
+wait says so on stderr first, so a time-out names what it waited on.
 """
 from __future__ import annotations
 
@@ -113,6 +115,17 @@ def _fault_point(build_dir: Path) -> None:
         faults.fire(found, when, None, None, before_kill=lambda: (build_dir / TORCH_BATON).touch())
 
 
+_held: list[Path] = []  # build folders whose flock this process holds (build_lock), innermost last
+
+
+def drop_own_baton() -> None:
+    """Remove torch's marker in the build folder whose lock this process holds: the marker is
+    this process's own (or a dead builder's) there. For a builder that is ending its build,
+    after its compilers are gone (numabench.kernels.builder_tree); the flock goes with the process."""
+    for build_dir in _held:
+        (build_dir / TORCH_BATON).unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def build_lock(build_dir: Path, name: str) -> Iterator[None]:
     """Hold the build folder's flock; clear a stale torch baton found under it."""
@@ -130,6 +143,10 @@ def build_lock(build_dir: Path, name: str) -> Iterator[None]:
             baton.unlink(missing_ok=True)
             print(f"numabench: removed the stale build lock {baton}: a process died while building kernel "
                   f"{name!r} (nobody holds {lock_path.name})", file=sys.stderr, flush=True)
-        yield
+        _held.append(build_dir)
+        try:
+            yield
+        finally:
+            _held.remove(build_dir)
     finally:
         os.close(fd)  # releases the flock

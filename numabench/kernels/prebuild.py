@@ -5,14 +5,16 @@ The kernels compile in parallel, one child process each (each a ninja build of
 one or two translation units): on a fresh machine that is the difference
 between ~90 s and ~35 s of set-up.
 
-Each builder leads its own process group (ninja and the compilers it starts are in
-it) and is killed with the whole group: on a time-out, when the caller is
-interrupted or fails, and when the caller dies (the kernel sends the builder SIGTERM,
-PR_SET_PDEATHSIG, and the builder kills its group). A killed build leaves no ninja,
-c++ or cc1plus behind to keep writing into the build folder and race the next build."""
+Each builder leads its own session and is ended with its whole process tree
+(numabench.kernels.builder_tree: ninja puts each compiler in a process group of its
+own, so the tree is walked, not the group killed): on a time-out, when the caller is
+interrupted or fails, and when the caller dies, SIGKILL included (the kernel sends the
+builder SIGTERM, PR_SET_PDEATHSIG). The builder kills every process of its build, then
+removes torch's build marker, and exits; a builder that does not end within
+STOP_GRACE_S has its tree killed by its parent. A stopped build leaves no ninja, c++ or
+cc1plus behind to keep writing into the build folder, and no marker."""
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import shutil
@@ -27,6 +29,7 @@ from typing import Iterator, Sequence
 from numabench.errors import BuildError, UsageError
 from numabench.kernels import built
 from numabench.kernels.build import BUILDER_ENV, build_root
+from numabench.kernels.builder_tree import builder_preexec, kill_tree
 
 BUILD_TIMEOUT_S = float(os.environ.get("NUMABENCH_BUILD_TIMEOUT_S") or 900)
 
@@ -47,19 +50,9 @@ def cuda_buildable() -> bool:
 
 
 KERNELS = tuple(_BUILDERS)
-PR_SET_PDEATHSIG = 1
-# The builder's first statement: SIGTERM (its parent died, or it is told to stop) kills its group.
-_KILL_GROUP_ON_TERM = ("import os, signal; "
-                       "signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL)); ")
-
-
-def _builder_session() -> None:
-    """In the builder child before exec: its own session and process group, and SIGTERM when
-    its parent dies."""
-    os.setsid()
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() == 1:  # the parent died before the request took effect
-        os._exit(1)
+# The builder's first statement: SIGTERM (its parent died, or it is told to stop) ends its tree.
+_END_TREE_ON_TERM = "from numabench.kernels.builder_tree import end_tree_on_term; end_tree_on_term(); "
+STOP_GRACE_S = 10.0  # a builder's time to end its tree after SIGTERM (it may be inside a C call)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -67,6 +60,18 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End a builder with its whole tree: SIGTERM (it kills its build and removes torch's
+    marker), then, where it is still there after STOP_GRACE_S, its tree and itself by force."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)  # still our unreaped child: its pid is its own
+    _kill_group(proc)  # the builder, or a finished builder's stragglers
 
 
 @dataclass(frozen=True)
@@ -108,20 +113,17 @@ def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
     try:
         for name in names:
             started[name] = (time.perf_counter(), subprocess.Popen(
-                [sys.executable, "-c", _KILL_GROUP_ON_TERM + _BUILDERS[name]], stdout=subprocess.PIPE,
+                [sys.executable, "-c", _END_TREE_ON_TERM + _BUILDERS[name]], stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT, text=True, env={**os.environ, BUILDER_ENV: "1"},
-                preexec_fn=_builder_session))
+                preexec_fn=builder_preexec))
         for o in _finish(names, started):
             if o.ok and o.name in compiles:
                 built.record_build_seconds(o.name, o.seconds)
             yield o
     finally:  # interrupted, failed or abandoned: no build outlives the caller's interest in it
         for _, proc in started.values():
-            if proc.poll() is None:
-                _kill_group(proc)
-                proc.wait()
-            else:
-                _kill_group(proc)  # a finished builder's stragglers, if it left any
+            _stop(proc)
+            proc.wait()
     if only is None and "cuda_adam" not in names:
         yield Outcome("cuda_adam", True, "skipped: no CUDA GPU or no CUDA toolkit here")
 
@@ -133,7 +135,7 @@ def _finish(names: Sequence[str], started: dict) -> Iterator[Outcome]:
         try:
             out, _ = proc.communicate(timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            _stop(proc)
             out, _ = proc.communicate()
             killed = f"still running after {BUILD_TIMEOUT_S:g} s, killed"
         seconds = time.perf_counter() - t0

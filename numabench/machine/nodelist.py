@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from numabench.errors import UsageError
+from numabench.numerals import integer
 
 
 def parse_list(text: str, what: str = "list", *, unique: bool = False) -> tuple[int, ...]:
@@ -18,15 +19,16 @@ def parse_list(text: str, what: str = "list", *, unique: bool = False) -> tuple[
         lo, sep, hi = part.partition("-")
         try:
             if sep:
-                a, b = int(lo), int(hi)
+                a, b = integer(lo), integer(hi)
                 if a > b:
                     raise ValueError
                 out.extend(range(a, b + 1))
             else:
-                out.append(int(part))
+                out.append(integer(part))
         except ValueError:
             raise UsageError(
-                f"bad {what} entry {part!r} in {text!r}: allowed are numbers and ranges like 0-3, comma separated"
+                f"bad {what} entry {part!r} in {text!r}: allowed are numbers (ASCII digits 0-9) and ranges like 0-3, "
+                "comma separated"
             ) from None
         if out and out[-1] < 0:
             raise UsageError(f"bad {what} entry {part!r} in {text!r}: numbers must be >= 0")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from numabench.errors import PolicyError, UsageError
 from numabench.machine.nodelist import parse_list
 from numabench.numa import mempolicy
+from numabench.numerals import integer
 from numabench.numa.placement import Expectation
 
 if TYPE_CHECKING:
@@ -83,9 +84,10 @@ class Policy:
             if not eq:
                 raise PolicyError(f"weighted entry {part!r} in {raw!r} lacks '=W': write weighted:N=W,M=W")
             try:
-                node, w = int(node_s), int(w_s)
+                node, w = integer(node_s), integer(w_s)
             except ValueError:
-                raise PolicyError(f"weighted entry {part!r} in {raw!r} is not NODE=WEIGHT with integers") from None
+                raise PolicyError(f"weighted entry {part!r} in {raw!r} is not NODE=WEIGHT with integers "
+                                  "(ASCII digits 0-9)") from None
             if node < 0:
                 raise PolicyError(f"node {node} in {raw!r} is negative: nodes are >= 0")
             if not 1 <= w <= 255:
@@ -171,7 +173,9 @@ class Policy:
 
 def parse_policies(text: str) -> list[Policy]:
     """A ';'-separated list (policies contain commas): 'bind:0;interleave:0,1'."""
-    items = [t for t in (s.strip() for s in text.split(";")) if t]
-    if not items:
+    items = [s.strip() for s in text.split(";")]
+    if not any(items):
         raise PolicyError(f"empty policy list {text!r}: write e.g. 'default;bind:0;interleave:all'")
+    if not all(items):
+        raise PolicyError(f"empty entry in policies {text!r}: write e.g. 'default;bind:0;interleave:all'")
     return [Policy.parse(t) for t in items]

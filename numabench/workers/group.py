@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from numabench.errors import WorkerError
 from numabench.toolkit.rank_barrier import SCRATCH_ENV
+from numabench.workers import scratch
 from numabench.workers.protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
 STDERR_TAIL_LINES = 30
@@ -47,8 +48,10 @@ class WorkerGroup:
         self._buffers: list[bytes] = []
         # Workers' temporary files (theirs, and those of what they run: multiprocessing's pymp-*
         # folders, loader reports) go here, as their TMPDIR; the group removes it when it closes,
-        # so a worker killed before its own clean-up leaves nothing behind.
-        self.scratch = tempfile.mkdtemp(prefix="numabench-run-")
+        # so a worker killed before its own clean-up leaves nothing behind. One whose owner was
+        # killed before it could is removed by the next group (workers.scratch).
+        scratch.sweep()
+        self.scratch = scratch.make()
         self.started_at = time.time()  # wall clock: workers report theirs (start-up cost)
         envs = [env] * len(commands) if isinstance(env, dict) else list(env)
         envs = [{**e, SCRATCH_ENV: self.scratch, "TMPDIR": self.scratch} for e in envs]
