@@ -336,7 +336,7 @@ def cmd_fleet(ns: argparse.Namespace) -> int:
     if ns.last is not None and ns.last < 1:
         raise UsageError(f"--last={ns.last}: allowed an integer >= 1 (the newest runs to pull)")
     store = open_fleet(fleet_url(ns.index))
-    shown = store.url if isinstance(store, FleetIndex) else store.shown
+    shown = store.shown  # the URL without its password
     try:
         if ns.action == "push":
             if not ns.runs:
