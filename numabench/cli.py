@@ -26,10 +26,46 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from numabench.errors import NumabenchError, UsageError
+from numabench.errors import NumabenchError, UsageError, WriteError
 from numabench.interrupts import restore_interrupts
+from numabench.redact import redact_text
 from numabench.gate.rule import DEFAULT_COARSEST, DEFAULT_THRESHOLD
 from numabench.gate.table import FORMATS
+
+
+class StdoutError(WriteError):
+    """Standard output could not be written (what is left in its buffer is dropped)."""
+
+
+class GuardedStdout:
+    """sys.stdout whose write errors (a full disk: `numabench csv RUN > /dev/full`, a file-size
+    limit) are a StdoutError: one line on stderr, not a traceback. A closed pipe stays
+    BrokenPipeError (the reader went away: not an error)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def _guarded(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(f"cannot write to standard output: {e.strerror or e}") from None
+
+    def write(self, text: str) -> int:
+        return self._guarded(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._guarded(self._stream.flush)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _discard_stdout() -> None:
+    """Point fd 1 at /dev/null, so that Python's flush of what is left at exit cannot fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -540,16 +576,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if pytest_args is not None:
         ns.pytest_args = pytest_args
+    stdout = sys.stdout
+    sys.stdout = GuardedStdout(stdout)
     try:
-        return ns.func(ns)
+        code = ns.func(ns)
+        sys.stdout.flush()  # a full disk shows here, not in Python's flush at exit
+        return code
     except NumabenchError as e:
-        print(f"numabench: {e}", file=sys.stderr)
+        # every error line redacted: a URL quoted in it keeps no password (numabench.redact)
+        print(f"numabench: {redact_text(str(e))}", file=sys.stderr)
+        if isinstance(e, StdoutError):
+            _discard_stdout()
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: one line and the shell's code for SIGINT (128 + 2); a file or folder being
+        # written was removed on the way out (numabench.atomic)
+        what = " ".join(str(w) for w in (ns.command, getattr(ns, "action", None)) if w)
+        print(f"numabench: {what} interrupted (SIGINT): stopped", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader went away (`numabench report RUN | head`): no traceback, and none at exit
         # when Python flushes stdout into the closed pipe
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_stdout()
         return 0
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":
