@@ -161,10 +161,7 @@ def cmd_import_csv(ns: argparse.Namespace) -> int:
     from numabench.results.merge import write_run
 
     out = ns.out
-    try:
-        write_run(run, out)  # never overwrites, as merge
-    except OSError as e:
-        raise UsageError(f"cannot write {out}: {e.strerror}") from None
+    write_run(run, out)  # never overwrites, as merge; whole or not at all
     for warning in run["machine_info"]["numabench"].get("import_warnings", []):
         print(f"numabench: warning: {warning}", file=sys.stderr)
     rows = len({b["extra_info"]["csv_line"] for b in run["benchmarks"]})
@@ -327,7 +324,7 @@ def cmd_merge(ns: argparse.Namespace) -> int:
     from numabench.results.merge import merge_runs, write_run
 
     res = merge_runs(ns.runs, allow_foreign=ns.allow_foreign, require_data=not ns.allow_no_data,
-                     replace=ns.replace)
+                     replace=ns.replace, allow_duplicates=ns.allow_duplicate_sources)
     path = write_run(res.run, ns.output)
     how = "the later run's entry kept" if ns.replace else "their invocations pooled"
     print(f"{path}: {len(res.run['benchmarks'])} benchmarks from {len(ns.runs)} runs"
@@ -502,6 +499,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--allow-no-data", action="store_true", help="accept entries without per-round data")
     p.add_argument("--replace", action="store_true",
                    help="an entry several runs measured: keep the last run's instead of pooling")
+    p.add_argument("--allow-duplicate-sources", action="store_true",
+                   help="pool a run given twice (or a merged run and one it holds): its invocations counted twice")
     p.set_defaults(func=cmd_merge)
     p = sub.add_parser("learn", help="fold a passing gated run into a hardware key's rolling baseline (the last "
                                      "--keep runs, oldest out), so its bands learn how runners of the key differ")

@@ -170,10 +170,10 @@ class FleetIndex:
         """The newest ``last`` runs of ``key`` (all when None) merged into one baseline run."""
         runs = self.runs(key)
         if not runs:
-            raise UsageError(f"{self.url}: no runs of hardware key {key!r}; keys there: "
+            raise UsageError(f"{self.shown}: no runs of hardware key {key!r}; keys there: "
                              f"{', '.join(self.keys()) or 'none'}")
         chosen: Sequence[tuple[str, dict]] = runs[-last:] if last else runs
-        return merge_loaded(chosen)
+        return merge_loaded(chosen, allow_duplicates=True)  # the index stores a run once (its run id)
 
     def keys(self) -> list[str]:
         reply = self._request("POST", f"/{self.index}/_search",

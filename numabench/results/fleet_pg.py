@@ -276,7 +276,7 @@ class FleetDB:
         if not runs:
             raise UsageError(f"{self.shown}: no {'passing ' if passed_only else ''}runs of hardware key {key!r}; "
                              f"keys there: {', '.join(self.keys()) or 'none'}")
-        return merge_loaded(runs)
+        return merge_loaded(runs, allow_duplicates=True)  # the database stores a run once (run_key)
 
     def entry_history(self, key: str, fullname: str) -> list[tuple[str, str | None, float | None, list[float]]]:
         """One entry on one key over its runs, oldest first: (run label, run datetime, stats.median,
