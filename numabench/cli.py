@@ -26,10 +26,46 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from numabench.errors import NumabenchError, UsageError
+from numabench.errors import NumabenchError, UsageError, WriteError
 from numabench.interrupts import restore_interrupts
+from numabench.redact import redact_text
 from numabench.gate.rule import DEFAULT_COARSEST, DEFAULT_THRESHOLD
 from numabench.gate.table import FORMATS
+
+
+class StdoutError(WriteError):
+    """Standard output could not be written (what is left in its buffer is dropped)."""
+
+
+class GuardedStdout:
+    """sys.stdout whose write errors (a full disk: `numabench csv RUN > /dev/full`, a file-size
+    limit) are a StdoutError: one line on stderr, not a traceback. A closed pipe stays
+    BrokenPipeError (the reader went away: not an error)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def _guarded(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(f"cannot write to standard output: {e.strerror or e}") from None
+
+    def write(self, text: str) -> int:
+        return self._guarded(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._guarded(self._stream.flush)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _discard_stdout() -> None:
+    """Point fd 1 at /dev/null, so that Python's flush of what is left at exit cannot fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -125,10 +161,7 @@ def cmd_import_csv(ns: argparse.Namespace) -> int:
     from numabench.results.merge import write_run
 
     out = ns.out
-    try:
-        write_run(run, out)  # never overwrites, as merge
-    except OSError as e:
-        raise UsageError(f"cannot write {out}: {e.strerror}") from None
+    write_run(run, out)  # never overwrites, as merge; whole or not at all
     for warning in run["machine_info"]["numabench"].get("import_warnings", []):
         print(f"numabench: warning: {warning}", file=sys.stderr)
     rows = len({b["extra_info"]["csv_line"] for b in run["benchmarks"]})
@@ -291,7 +324,7 @@ def cmd_merge(ns: argparse.Namespace) -> int:
     from numabench.results.merge import merge_runs, write_run
 
     res = merge_runs(ns.runs, allow_foreign=ns.allow_foreign, require_data=not ns.allow_no_data,
-                     replace=ns.replace)
+                     replace=ns.replace, allow_duplicates=ns.allow_duplicate_sources)
     path = write_run(res.run, ns.output)
     how = "the later run's entry kept" if ns.replace else "their invocations pooled"
     print(f"{path}: {len(res.run['benchmarks'])} benchmarks from {len(ns.runs)} runs"
@@ -336,7 +369,7 @@ def cmd_fleet(ns: argparse.Namespace) -> int:
     if ns.last is not None and ns.last < 1:
         raise UsageError(f"--last={ns.last}: allowed an integer >= 1 (the newest runs to pull)")
     store = open_fleet(fleet_url(ns.index))
-    shown = store.url if isinstance(store, FleetIndex) else store.shown
+    shown = store.shown  # the URL without its password
     try:
         if ns.action == "push":
             if not ns.runs:
@@ -466,6 +499,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--allow-no-data", action="store_true", help="accept entries without per-round data")
     p.add_argument("--replace", action="store_true",
                    help="an entry several runs measured: keep the last run's instead of pooling")
+    p.add_argument("--allow-duplicate-sources", action="store_true",
+                   help="pool a run given twice (or a merged run and one it holds): its invocations counted twice")
     p.set_defaults(func=cmd_merge)
     p = sub.add_parser("learn", help="fold a passing gated run into a hardware key's rolling baseline (the last "
                                      "--keep runs, oldest out), so its bands learn how runners of the key differ")
@@ -540,16 +575,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if pytest_args is not None:
         ns.pytest_args = pytest_args
+    stdout = sys.stdout
+    sys.stdout = GuardedStdout(stdout)
     try:
-        return ns.func(ns)
+        code = ns.func(ns)
+        sys.stdout.flush()  # a full disk shows here, not in Python's flush at exit
+        return code
     except NumabenchError as e:
-        print(f"numabench: {e}", file=sys.stderr)
+        # every error line redacted: a URL quoted in it keeps no password (numabench.redact)
+        print(f"numabench: {redact_text(str(e))}", file=sys.stderr)
+        if isinstance(e, StdoutError):
+            _discard_stdout()
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: one line and the shell's code for SIGINT (128 + 2); a file or folder being
+        # written was removed on the way out (numabench.atomic)
+        what = " ".join(str(w) for w in (ns.command, getattr(ns, "action", None)) if w)
+        print(f"numabench: {what} interrupted (SIGINT): stopped", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader went away (`numabench report RUN | head`): no traceback, and none at exit
         # when Python flushes stdout into the closed pipe
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_stdout()
         return 0
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ class UsageError(NumabenchError, ValueError):
     """A bad value from the user: a policy string, an option, a size."""
 
 
+class WriteError(NumabenchError):
+    """A file, folder or standard output that could not be written (no permission, no space,
+    beyond the file-size limit): nothing of it is left (numabench.atomic)."""
+
+
 class PolicyError(UsageError):
     """A policy string that does not parse or does not fit the machine."""
 

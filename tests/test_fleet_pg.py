@@ -311,7 +311,8 @@ def test_service_file_credentials(pg_server, db_url, tmp_path, monkeypatch):
 
 
 def test_url_checks_and_redaction():
-    from numabench.results.fleet_pg import check_url, redact
+    from numabench.redact import redact_url as redact
+    from numabench.results.fleet_pg import check_url
 
     assert redact("postgresql://u:pw@h:5/db?sslmode=require&password=x") == "postgresql://u:***@h:5/db?sslmode=require&password=***"
     assert redact("postgresql://u@h/db") == "postgresql://u@h/db"

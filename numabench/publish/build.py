@@ -1,11 +1,12 @@
-"""Write the site: the pages, site.js and site.css, into one folder that opens from disk."""
+"""Write the site: the pages, site.js and site.css, into one folder that opens from disk (whole, or not at
+all: numabench.atomic)."""
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from numabench.atomic import staged_folder
 from numabench.errors import UsageError
 from numabench.publish.model import Run, site_model
 from numabench.publish.pages import family_file, family_html, index_page, numa_file, numa_html
@@ -26,10 +27,10 @@ def _is_site(folder: Path) -> bool:
     return (folder / "index.html").is_file() and (folder / "site.js").is_file()
 
 
-def prepare_out(out: Path, force: bool) -> None:
-    """An empty (or new) folder; with force also one that holds a site published before (then
-    emptied). Any other non-empty folder is refused even with force: a typo such as --out . must
-    not delete a folder of other files."""
+def check_out(out: Path, force: bool) -> bool:
+    """May the site be written to ``out``: new, or an empty folder; with force also one that holds
+    a site published before (then replaced: True). Any other non-empty folder is refused even
+    with force: a typo such as --out . must not delete a folder of other files."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"publish --out {out}: exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
@@ -39,28 +40,31 @@ def prepare_out(out: Path, force: bool) -> None:
         if not _is_site(out):
             raise UsageError(f"publish --out {out} --force: the folder holds files but no site published before "
                              "(no index.html and site.js): name an empty folder")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+        return True
+    return False
 
 
 def build_site(runs: list[Run], out: str | Path, *, source: str = "", threshold: str | float = DEFAULT_THRESHOLD,
                force: bool = False) -> Site:
+    """The site of ``runs`` in the folder ``out``: built beside it and renamed into place, so a
+    failed write (no space, a file-size limit) leaves ``out`` as it was."""
     if not runs:
         raise UsageError("publish: no runs to publish")
     model = site_model(runs, threshold)
     out = Path(out)
-    prepare_out(out, force)
-    written = []
+    replace = check_out(out, force)
+    names = []
+    # an empty --out keeps its own folder (its mode, its owner): the pages are moved into it
+    with staged_folder(out, into_existing=not replace, replace=replace) as stage:
+        def write(name: str, text: str) -> None:
+            (stage / name).write_text(text, encoding="utf-8")
+            names.append(name)
 
-    def write(name: str, text: str) -> None:
-        (out / name).write_text(text, encoding="utf-8")
-        written.append(out / name)
-
-    write("index.html", index_page(model, source))
-    for key in model["keys"]:
-        for fp, fam in zip(key["family_pages"], key["families"]):
-            write(family_file(key, fam["slug"]), family_html(key, fp))
-        write(numa_file(key), numa_html(key))
-    for name in ASSETS:
-        (out / name).write_bytes(resources.files("numabench.publish").joinpath(name).read_bytes())
-    return Site(out, written, len(model["keys"]), len(runs))
+        write("index.html", index_page(model, source))
+        for key in model["keys"]:
+            for fp, fam in zip(key["family_pages"], key["families"]):
+                write(family_file(key, fam["slug"]), family_html(key, fp))
+            write(numa_file(key), numa_html(key))
+        for name in ASSETS:
+            (stage / name).write_bytes(resources.files("numabench.publish").joinpath(name).read_bytes())
+    return Site(out, [out / n for n in names], len(model["keys"]), len(runs))

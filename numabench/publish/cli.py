@@ -45,9 +45,9 @@ def cmd_publish(ns: argparse.Namespace) -> int:
         runs += runs_from_fleet(ns.fleet, ns.key)
     shown = []
     if ns.fleet:
-        from numabench.results.fleet_pg import is_postgres_url, redact
+        from numabench.redact import redact_url
 
-        shown = [redact(ns.fleet) if is_postgres_url(ns.fleet) else ns.fleet]  # no password on the pages
+        shown = [redact_url(ns.fleet)]  # no password on the pages
     site = build_site(dedupe(runs), ns.out, source=" ".join(ns.sources + shown),
                       threshold=ns.threshold, force=ns.force)
     print(f"wrote {len(site.pages)} pages for {site.keys} hardware key(s), {site.runs} run(s) in {site.out} "

@@ -67,6 +67,7 @@ def runs_from_git(folder: str | Path) -> list[Run]:
 def runs_from_fleet(url: str, keys: list[str] | None = None) -> list[Run]:
     """The runs of ``keys`` (default: every key) in a fleet's store: its PostgreSQL database
     (postgresql://...) or an Elasticsearch/OpenSearch index (http(s)://HOST:PORT/INDEX)."""
+    from numabench.redact import redact_url
     from numabench.results.fleet_pg import is_postgres_url
 
     out: list[Run] = []
@@ -83,7 +84,8 @@ def runs_from_fleet(url: str, keys: list[str] | None = None) -> list[Run]:
         for key in keys or index.keys():
             out += list(index.runs(key))
     if not out:
-        raise UsageError(f"publish: no runs{' of ' + ', '.join(keys) if keys else ''} in the fleet store {url}")
+        raise UsageError(f"publish: no runs{' of ' + ', '.join(keys) if keys else ''} in the fleet store "
+                         f"{redact_url(url)}")
     return out
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from numabench.cases import DTYPES, Case
 from numabench.errors import PolicyError, UsageError
 from numabench.machine.hwkey import hardware_key as _hardware_key
+from numabench.numa.mempolicy import MASK_BITS
 from numabench.numa.policy import Policy
 from numabench.results.entry import case_fields, entry_fullname, entry_group, entry_name, entry_param
 from numabench.results.seed_csv import PLAIN, WEIGHTED
@@ -120,6 +121,11 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
             pol = policy_from_seed(row["numa_nodes"], row["numa_weight"] if weighted else None)
         except PolicyError as e:
             raise UsageError(f"{path} line {line}: numa_nodes {row['numa_nodes']!r}: {e}") from None
+        beyond = [n for n in pol.nodes if not 0 <= n < MASK_BITS]
+        if beyond:
+            raise UsageError(f"{path} line {line}: numa_nodes {row['numa_nodes']!r}: node {beyond[0]} is beyond what "
+                             f"a machine can have: allowed node ids 0..{MASK_BITS - 1} (Linux's MAX_NUMNODES is at "
+                             f"most {MASK_BITS})")
         nproc = _number(row["ngpus"], "ngpus", line, int, path)
         numel = _number(row["update_element"], "update_element", line, int, path)
         key = (nproc, pol.id, numel)
@@ -142,6 +148,9 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
 
     max_np = max(r[2] for r in rows)
     node_ids = [n for r in rows for n in r[3].nodes]
+    if numa_nodes is not None and numa_nodes > MASK_BITS:
+        raise UsageError(f"numa nodes {numa_nodes}: allowed an integer <= {MASK_BITS} (Linux's MAX_NUMNODES is at "
+                         f"most {MASK_BITS})")
     if numa_nodes is not None and numa_nodes < max(node_ids, default=0) + 1:
         raise UsageError(f"numa nodes {numa_nodes}: allowed an integer >= {max(node_ids, default=0) + 1} "
                          f"(the CSV names node {max(node_ids, default=0)})")

@@ -17,7 +17,9 @@ copied into it, plus ``numabench_hardware_key`` and ``numabench_run`` (which run
 """
 from __future__ import annotations
 
+import base64
 import hashlib
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -25,8 +27,10 @@ import urllib.request
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from numabench.errors import UsageError
+from numabench.redact import redact_url
 from numabench.results.fleet_run import pushable_key, run_id
 from numabench.results.merge import MergeResult, merge_loaded
+from numabench.results.storage import loads_json
 
 if TYPE_CHECKING:
     from numabench.results.fleet_pg import FleetDB
@@ -44,18 +48,26 @@ MAPPING = {"dynamic": False, "properties": {
 }}
 
 
+ALLOWED_INDEX_URL = ("allowed http(s)://HOST:PORT/INDEX, e.g. http://localhost:9200/numabench "
+                     "(or pytest-benchmark's elasticsearch+http://HOST:PORT/INDEX/DOCTYPE)")
+
+
 def parse_index_url(url: str) -> tuple[str, str]:
     """``http(s)://host:port/INDEX`` (or pytest-benchmark's ``elasticsearch+http://host:port/INDEX/...``)
-    -> (server URL, index name)."""
+    -> (server URL, with any USER:PASSWORD@ as given, and index name). Messages name it redacted."""
+    shown = redact_url(url)
     text = url.removeprefix("elasticsearch+")
-    parts = urllib.parse.urlsplit(text)
+    try:
+        parts = urllib.parse.urlsplit(text)
+        parts.port  # noqa: B018 (a port that is no number, or beyond 65535, raises here)
+    except ValueError as e:
+        raise UsageError(f"index URL {shown!r}: {e}: {ALLOWED_INDEX_URL}") from None
     segments = [s for s in parts.path.split("/") if s]
-    if parts.scheme not in ("http", "https") or not parts.netloc or not segments:
-        raise UsageError(f"index URL {url!r}: allowed http(s)://HOST:PORT/INDEX, e.g. http://localhost:9200/numabench "
-                         "(or pytest-benchmark's elasticsearch+http://HOST:PORT/INDEX/DOCTYPE)")
+    if parts.scheme not in ("http", "https") or not parts.hostname or not segments:
+        raise UsageError(f"index URL {shown!r}: {ALLOWED_INDEX_URL}")
     index = segments[0]
     if index != index.lower() or index.startswith(("_", "-", "+")):
-        raise UsageError(f"index URL {url!r}: index name {index!r} must be lower case and not start with _, - or +")
+        raise UsageError(f"index URL {shown!r}: index name {index!r} must be lower case and not start with _, - or +")
     return f"{parts.scheme}://{parts.netloc}", index
 
 
@@ -65,24 +77,40 @@ class FleetIndex:
     def __init__(self, url: str, timeout_s: float = 30.0) -> None:
         self.server, self.index = parse_index_url(url)
         self.url = f"{self.server}/{self.index}"
+        self.shown = redact_url(self.url)  # what output and messages name: never the password
+        parts = urllib.parse.urlsplit(self.server)
+        # urllib takes no credentials in a URL: they go as HTTP basic auth, the server without them
+        self._base = f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
+        self._auth = None
+        if parts.username is not None:
+            pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            self._auth = "Basic " + base64.b64encode(pair.encode()).decode()
         self.timeout_s = timeout_s
 
     def _request(self, method: str, path: str, body: Any = None, ndjson: bool = False) -> dict:
         data = None
         headers = {"Accept": "application/json"}
+        if self._auth:
+            headers["Authorization"] = self._auth
         if body is not None:
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
             headers["Content-Type"] = "application/x-ndjson" if ndjson else "application/json"
-        req = urllib.request.Request(f"{self.server}{path}", data=data, method=method, headers=headers)
+        req = urllib.request.Request(f"{self._base}{path}", data=data, method=method, headers=headers)
+        said = f"{method} {redact_url(self.server + path)}"
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                return json.loads(resp.read() or b"{}")
+                answer = resp.read().decode("utf-8", errors="replace")
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:500]
-            raise FleetError(f"{method} {self.server}{path}: HTTP {e.code}: {detail}", e.code, detail) from None
-        except (urllib.error.URLError, OSError) as e:
+            raise FleetError(f"{said}: HTTP {e.code}: {detail}", e.code, detail) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
             reason = getattr(e, "reason", e)
-            raise FleetError(f"{method} {self.server}{path}: cannot reach the server ({reason})", None, "") from None
+            raise FleetError(f"{said}: cannot reach the server ({reason})", None, "") from None
+        try:
+            return loads_json(answer or "{}", f"{said}: the answer")
+        except json.JSONDecodeError as e:
+            raise FleetError(f"{said}: the answer is not JSON ({e.msg}): allowed an Elasticsearch or OpenSearch "
+                             "server", None, "") from None
 
     def ensure_index(self) -> None:
         """Create the index with numabench's mapping; one that exists is used as it is."""
@@ -107,7 +135,7 @@ class FleetIndex:
             reply = self._request("POST", "/_bulk?refresh=true", "\n".join(lines) + "\n", ndjson=True)
             if reply.get("errors"):
                 failed = [i for i in reply.get("items", []) if (i.get("index") or {}).get("error")]
-                raise FleetError(f"{self.url}: {len(failed)} of {len(run['benchmarks'])} entries were refused, "
+                raise FleetError(f"{self.shown}: {len(failed)} of {len(run['benchmarks'])} entries were refused, "
                                  f"first: {json.dumps(failed[0]['index']['error'])[:300] if failed else '?'}", None, "")
         return rid, len(run["benchmarks"])
 
@@ -120,7 +148,7 @@ class FleetIndex:
                 hits = self._request("POST", f"/{self.index}/_search", query)["hits"]["hits"]
             except FleetError as e:
                 if e.status == 404:
-                    raise UsageError(f"{self.url}: no such index (push a run first)") from None
+                    raise UsageError(f"{self.shown}: no such index (push a run first)") from None
                 raise
             for h in hits:
                 yield h["_source"]
@@ -142,10 +170,10 @@ class FleetIndex:
         """The newest ``last`` runs of ``key`` (all when None) merged into one baseline run."""
         runs = self.runs(key)
         if not runs:
-            raise UsageError(f"{self.url}: no runs of hardware key {key!r}; keys there: "
+            raise UsageError(f"{self.shown}: no runs of hardware key {key!r}; keys there: "
                              f"{', '.join(self.keys()) or 'none'}")
         chosen: Sequence[tuple[str, dict]] = runs[-last:] if last else runs
-        return merge_loaded(chosen)
+        return merge_loaded(chosen, allow_duplicates=True)  # the index stores a run once (its run id)
 
     def keys(self) -> list[str]:
         reply = self._request("POST", f"/{self.index}/_search",

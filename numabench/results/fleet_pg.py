@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.parse
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from numabench.errors import UsageError
+from numabench.redact import redact_text, redact_url
 from numabench.results.fleet_schema import migrate
 from numabench.gate.invocations import (
     INVOCATION_MACHINES,
@@ -43,30 +45,24 @@ class FleetError(UsageError):
 
 
 def is_postgres_url(url: str) -> bool:
-    return urllib.parse.urlsplit(url).scheme in SCHEMES
-
-
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (in the authority and in a password= query)."""
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        if ":" in userinfo:
-            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
-    query = "&".join(f"{k}=***" if k == "password" else f"{k}={v}" if v else k
-                     for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    # the scheme alone: a URL that parses no further (a bad IPv6 host) is refused where it is used
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
+    return bool(scheme) and scheme.group(1).lower() in SCHEMES
 
 
 def check_url(url: str) -> str:
     """``url`` when it is a postgresql:// URL without a password; else a UsageError saying why."""
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (a port that is no number, or beyond 65535, raises here)
+    except ValueError as e:
+        raise UsageError(f"database URL {redact_url(url)!r}: {e}: allowed postgresql://[USER@]HOST[:PORT]/DBNAME "
+                         "or postgresql:///?service=NAME") from None
     if parts.scheme not in SCHEMES:
-        raise UsageError(f"database URL {redact(url)!r}: allowed postgresql://[USER@]HOST[:PORT]/DBNAME "
+        raise UsageError(f"database URL {redact_url(url)!r}: allowed postgresql://[USER@]HOST[:PORT]/DBNAME "
                          "or postgresql:///?service=NAME")
     if parts.password is not None or "password" in dict(urllib.parse.parse_qsl(parts.query)):
-        raise UsageError(f"database URL {redact(url)!r} holds a password: command lines and logs are read by "
+        raise UsageError(f"database URL {redact_url(url)!r} holds a password: command lines and logs are read by "
                          "others; put it in PGPASSWORD, a service file (PGSERVICEFILE) or ~/.pgpass instead")
     return url
 
@@ -77,7 +73,17 @@ def _one_line(err: BaseException) -> str:
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     text = " ".join((lines[0] if lines else type(err).__name__).rsplit(" failed: ", 1)[-1].split())
     secret = os.environ.get("PGPASSWORD")
-    return text.replace(secret, "***") if secret else text
+    return redact_text(text.replace(secret, "***") if secret else text)
+
+
+def _psycopg() -> Any:
+    """The psycopg module (an optional dependency), or a UsageError saying how to install it."""
+    try:
+        import psycopg
+    except ImportError:
+        raise UsageError("numabench fleet on PostgreSQL needs psycopg 3: pip install 'numabench[fleet-postgres]' "
+                         "(or 'psycopg[binary]')") from None
+    return psycopg
 
 
 def _parse_time(text: Any) -> datetime:
@@ -130,7 +136,7 @@ class FleetDB:
 
     def __init__(self, url: str) -> None:
         self.url = check_url(url)
-        self.shown = redact(url)
+        self.shown = redact_url(url)
         self._conn: Any = None
 
     # -- connection ---------------------------------------------------------------------------
@@ -138,11 +144,7 @@ class FleetDB:
     def _connect(self) -> Any:
         if self._conn is not None:
             return self._conn
-        try:
-            import psycopg
-        except ImportError:
-            raise UsageError("numabench fleet on PostgreSQL needs psycopg 3: pip install 'numabench[fleet-postgres]' "
-                             "(or 'psycopg[binary]')") from None
+        psycopg = _psycopg()
         timeout = {} if "connect_timeout" in self.url else {"connect_timeout": CONNECT_TIMEOUT_S}
         try:
             conn = psycopg.connect(self.url, autocommit=True, application_name="numabench", **timeout)
@@ -175,7 +177,7 @@ class FleetDB:
         self.close()
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        import psycopg
+        psycopg = _psycopg()
 
         conn = self._connect()
         try:
@@ -188,7 +190,7 @@ class FleetDB:
     def push(self, run: dict, label: str) -> tuple[str, int, bool]:
         """Store ``run`` (pushed under ``label``, e.g. its file's name) in one transaction;
         (its run id, its entries, whether it was new: False where it was stored before)."""
-        import psycopg
+        psycopg = _psycopg()
 
         from numabench.results.fleet_run import pushable_key, regressions_of, run_id
 
@@ -274,7 +276,7 @@ class FleetDB:
         if not runs:
             raise UsageError(f"{self.shown}: no {'passing ' if passed_only else ''}runs of hardware key {key!r}; "
                              f"keys there: {', '.join(self.keys()) or 'none'}")
-        return merge_loaded(runs)
+        return merge_loaded(runs, allow_duplicates=True)  # the database stores a run once (run_key)
 
     def entry_history(self, key: str, fullname: str) -> list[tuple[str, str | None, float | None, list[float]]]:
         """One entry on one key over its runs, oldest first: (run label, run datetime, stats.median,

@@ -164,14 +164,14 @@ def load_runs_from_git(folder: str | Path) -> list[SavedRun]:
 def load_runs_from_index(url: str, key: str) -> list[SavedRun]:
     """The runs of hardware key ``key`` in a fleet's index (numabench.results.fleet), oldest first."""
     from numabench.results.fleet import fleet_runs  # an index, or a PostgreSQL database (postgresql://)
-    from numabench.results.fleet_pg import redact
+    from numabench.redact import redact_url
 
     runs = [SavedRun(Path(rid), str(run.get("datetime") or ""), ((run.get("commit_info") or {}).get("id")
                                                                   or "unknown")[:12],
                      _benchmarks(run), key)
             for rid, run in fleet_runs(url, key)]
     if not runs:
-        raise UsageError(f"history: no runs of hardware key {key!r} in {redact(url)}")
+        raise UsageError(f"history: no runs of hardware key {key!r} in {redact_url(url)}")
     return runs
 
 
@@ -244,7 +244,9 @@ def histories(folder: str | Path | None, threshold: str | float = DEFAULT_THRESH
     if index is not None:
         if folder is not None or from_git or not key:
             raise UsageError("history: a folder or an index with a hardware key, not both")
-        runs, source = load_runs_from_index(index, key), f"{index} [{key}]"
+        from numabench.redact import redact_url
+
+        runs, source = load_runs_from_index(index, key), f"{redact_url(index)} [{key}]"
     elif folder is None:
         raise UsageError("history: name a folder (baselines/<hardware key>/) or an index (--index URL)")
     else:

@@ -13,15 +13,21 @@ re-measured after an accepted change).
 
 Runs from different hardware are refused (a baseline mixes one machine's
 numbers only), as are runs without per-round data when ``require_data`` is set
-(compare tests on ``stats.data``).
+(compare tests on ``stats.data``), and, unless ``allow_duplicates``, two runs that
+hold the same run (a file named twice, a copy, a merged run and one it was merged
+from): pooled, its invocations would count twice and the band look steadier than
+the machine is. ``write_run`` writes the result whole or not at all (numabench.atomic).
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from numabench.atomic import write_file
 from numabench.errors import UsageError
 from numabench.machine.hwkey import run_hardware_key
 from numabench.results import storage
@@ -34,7 +40,6 @@ from numabench.gate.invocations import (
     pool,
     run_machine,
 )
-from numabench.results.storage import publish
 
 
 @dataclass
@@ -44,20 +49,23 @@ class MergeResult:
 
 
 def merge_runs(paths: Sequence[str | Path], *, allow_foreign: bool = False, require_data: bool = True,
-               replace: bool = False) -> MergeResult:
+               replace: bool = False, allow_duplicates: bool = False) -> MergeResult:
     """One run holding every benchmark of ``paths`` (in order): an entry in several runs pooled,
-    or with ``replace`` the last run's kept."""
+    or with ``replace`` the last run's kept. A run given twice to pool (or inside a merged run
+    given too) is refused unless ``allow_duplicates``."""
     if not paths:
         raise UsageError("merge needs at least one run file")
     return merge_loaded([(Path(p).name, storage.load_run(p)) for p in paths], allow_foreign=allow_foreign,
-                        require_data=require_data, replace=replace)
+                        require_data=require_data, replace=replace, allow_duplicates=allow_duplicates)
 
 
 def merge_loaded(runs: Sequence[tuple[str, dict]], *, allow_foreign: bool = False, require_data: bool = True,
-                 replace: bool = False) -> MergeResult:
+                 replace: bool = False, allow_duplicates: bool = False) -> MergeResult:
     """``merge_runs`` of runs already loaded, each named (a file name, a run id of a shared index)."""
     if not runs:
         raise UsageError("merge needs at least one run")
+    if not allow_duplicates and not replace:  # replaced, an entry is kept once: nothing counts twice
+        check_distinct(runs)
     keys = {name: run_hardware_key(r) for name, r in runs}
     if not allow_foreign and len(set(keys.values())) > 1:
         listing = ", ".join(f"{name}: {key}" for name, key in keys.items())
@@ -83,17 +91,22 @@ def merge_loaded(runs: Sequence[tuple[str, dict]], *, allow_foreign: bool = Fals
         sources.append(entry)
     newest = runs[-1][1]
     out = {k: v for k, v in newest.items() if k != "benchmarks"}
-    merged = [_without_verdict(_joined(entries[-1:] if replace else entries)) for entries in measured.values()]
+    merged = [_without_verdict(_joined(name, entries[-1:] if replace else entries))
+              for name, entries in measured.items()]
     out["benchmarks"] = sorted(merged, key=lambda b: b.get("fullname") or b.get("name"))
     out["numabench_merged_from"] = sources
     return MergeResult(out, sorted(n for n, entries in measured.items() if len(entries) > 1))
 
 
-def _joined(entries: list[tuple[dict, str, str | None]]) -> dict:
+def _joined(name: str, entries: list[tuple[dict, str, str | None]]) -> dict:
     """One entry from the (entry, source label, machine) of each run that measured it: pooled where
     several did; one run's entry as it is, labelled with its run and machine where it has medians
     (the merged file's machine_info is the newest run's, so the entry must say its own)."""
     if len(entries) > 1:
+        for b, source, _ in entries:
+            if not invocation_medians(b):
+                raise UsageError(f"run {source}: {name} holds no median to pool (a mean-only import): allowed "
+                                 "--replace (the last run's entry kept) or runs with medians")
         return pool([b for b, _, _ in entries], [s for _, s, _ in entries], [m for _, _, m in entries])
     bench, source, machine = entries[0]
     if not invocation_medians(bench):
@@ -101,6 +114,44 @@ def _joined(entries: list[tuple[dict, str, str | None]]) -> dict:
     return {**bench, "extra_info": {**(bench.get("extra_info") or {}),
                                     INVOCATION_SOURCES: invocation_labels(bench, source),
                                     INVOCATION_MACHINES: invocation_machines(bench, machine)}}
+
+
+def _run_sources(name: str, run: dict) -> set[tuple]:
+    """What ``run``'s invocations came from: each run merged into it (by file name, time and
+    commit, as numabench_merged_from lists them, at any depth), else the run itself (by the same,
+    and by its entries' content: a copy under another name is the same run)."""
+    def leaves(entries: list) -> set[tuple]:
+        out: set[tuple] = set()
+        for e in entries:
+            if isinstance(e, dict) and isinstance(e.get("merged_from"), list) and e["merged_from"]:
+                out |= leaves(e["merged_from"])
+            elif isinstance(e, dict):
+                out.add(("run", str(e.get("file")), str(e.get("datetime")), str(e.get("commit"))))
+        return out
+
+    merged_from = run.get("numabench_merged_from")
+    if isinstance(merged_from, list) and merged_from:
+        return leaves(merged_from)
+    content = hashlib.sha256(json.dumps(run.get("benchmarks"), sort_keys=True).encode()).hexdigest()
+    return {("run", Path(name).name, str(run.get("datetime")), str((run.get("commit_info") or {}).get("id"))),
+            ("content", content)}
+
+
+def check_distinct(runs: Sequence[tuple[str, dict]]) -> None:
+    """Refuse two runs that hold the same run's invocations (a file named twice, a copy of it,
+    a merged run and one it was merged from): pooled, each invocation would count twice and
+    the band would look steadier than the machine is."""
+    seen: dict[tuple, tuple[int, str]] = {}
+    for i, (name, run) in enumerate(runs, start=1):
+        for source in sorted(_run_sources(name, run), key=lambda s: s[0] != "run"):  # a run named first
+            if source in seen and seen[source][0] != i:
+                j, first = seen[source]
+                what = (f"the same run {source[1]} of {source[2]}" if source[0] == "run"
+                        else "the same entries (a copy)")
+                raise UsageError(f"merge: runs {j} ({first}) and {i} ({name}) hold {what}: pooled, each of its "
+                                 "invocations would count twice; allowed each run once (--allow-duplicate-sources "
+                                 "to pool them anyway)")
+            seen.setdefault(source, (i, name))
 
 
 def _without_verdict(entry: dict) -> dict:
@@ -113,10 +164,14 @@ def _without_verdict(entry: dict) -> dict:
 
 
 def write_run(run: dict, path: str | Path) -> Path:
-    """Write ``run`` to a new file ``path`` atomically; an existing file is an error, not overwritten."""
+    """Write ``run`` to a new file ``path`` atomically (numabench.atomic.write_file); an existing
+    file is an error, not overwritten, and so is a folder or a name ending in a slash."""
+    if Path(path).is_dir() or str(path).endswith(("/", os.sep)):
+        what = "is a folder" if Path(path).is_dir() else "ends in a slash (a folder's name)"
+        raise UsageError(f"{path} {what}: allowed a new file name for the run, e.g. {Path(path) / 'merged.json'}")
     path = Path(path)
     if not path.parent.is_dir():
         raise UsageError(f"folder {path.parent} does not exist")
-    if not publish(path, json.dumps(run, indent=4, ensure_ascii=True).encode()):
+    if not write_file(path, json.dumps(run, indent=4, ensure_ascii=True).encode(), overwrite=False):
         raise UsageError(f"{path} exists: choose a new name (runs are never overwritten)")
     return path

@@ -74,6 +74,21 @@ def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | 
     run = combine_runs(paths) if len(paths) > 1 else storage.load_run(paths[0])
     run_path = " + ".join(str(p) for p in paths) if len(paths) > 1 else paths[0]
     tables = grouped_tables(run, family, where)
+    if out is None:
+        return _report(run, paths, run_path, tables, family, where, None, plots)
+    from numabench.atomic import staged_folder
+
+    out = Path(out)
+    with staged_folder(out, into_existing=True) as stage:  # report.md and the plots appear whole, or nothing
+        rep = _report(run, paths, run_path, tables, family, where, stage, plots)
+    rep.images = [out / p.name for p in rep.images]
+    rep.markdown_path = out / "report.md"
+    return rep
+
+
+def _report(run: dict, paths: list, run_path, tables: list, family: str | None, where: dict | None,
+            out: Path | None, plots: bool) -> Report:
+    """The report, its report.md and plots written into the folder ``out`` (None: none)."""
     machine = _machine_lines(run)
     images: list[Path] = []
     if out is not None and plots:
@@ -124,8 +139,6 @@ def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | 
     markdown = "\n".join(md).rstrip() + "\n"
     md_path = None
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
         md_path = out / "report.md"
         md_path.write_text(markdown)
     return Report(str(run_path), markdown, "\n".join(text).rstrip() + "\n", images, md_path)

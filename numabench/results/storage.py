@@ -3,7 +3,10 @@ started at once cannot corrupt.
 
 ``load_run`` reads one run file (a pytest-benchmark JSON: saved, --benchmark-json, merged or
 imported from the seed's CSV) and checks it, so every command refuses a broken one with the
-same one-line error naming the file; ``run_files`` lists a folder's saved runs
+same one-line error naming the file: not JSON, nested deeper than MAX_JSON_DEPTH (which would
+exhaust the stack), not a run, or an entry whose timings are corrupt (NaN, infinite, zero,
+negative or not a number, in stats, stats.data or the invocation medians: a gate would judge
+nothing and call it "no data", a report print ``nan``); ``run_files`` lists a folder's saved runs
 (NNNN_name.json) in order and ``newest_run`` finds a storage's last good one. compare,
 report, advise, history, fleet push, merge, the window, publish and the plan's progress
 estimate all read through these.
@@ -31,7 +34,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -39,6 +44,7 @@ from pytest_benchmark.storage.file import FileStorage
 from pytest_benchmark.utils import safe_dumps
 
 from numabench.errors import UsageError
+from numabench.gate.invocations import INVOCATION_MEDIANS
 
 MAX_TRIES = 1000
 
@@ -131,12 +137,85 @@ def _where(name: str | Path, baseline_for: str | None) -> str:
     return f"{baseline_for}: baseline {name}" if baseline_for else f"run file {name}"
 
 
+# How deep a run file may nest. A run is about 10 levels deep, and 2 more for each time a merged
+# baseline is merged again (numabench_merged_from); far below this, and far below where Python's
+# JSON reader and writer run out of stack (about 1000).
+MAX_JSON_DEPTH = 500
+_ESCAPE = re.compile(r"\\.", re.S)
+_QUOTED = re.compile(r'"[^"]*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep JSON ``text`` nests (arrays and objects), counted up to ``limit + 1``; linear
+    time, without recursion (a text nested 200,000 deep is read, not parsed)."""
+    bare = _NOT_BRACKET.sub("", _QUOTED.sub("", _ESCAPE.sub("", text)))  # escapes, then strings, then the rest
+    depth = deepest = 0
+    for ch in bare:
+        depth += 1 if ch in "[{" else -1
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                break
+    return deepest
+
+
+def loads_json(text: str, where: str) -> Any:
+    """``json.loads(text)``, refusing a text nested deeper than MAX_JSON_DEPTH levels (it would
+    exhaust the stack: RecursionError) with one UsageError naming ``where``."""
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise UsageError(f"{where} is nested deeper than {MAX_JSON_DEPTH} levels: allowed a pytest-benchmark run "
+                         f"file (about 10 levels deep; at most {MAX_JSON_DEPTH})")
+    return json.loads(text)
+
+
+# Timings a run entry holds (seconds): each a finite number > 0, or absent. stddev and iqr may be 0.
+TIMING_STATS = ("min", "max", "mean", "median", "q1", "q3", "ld15iqr", "hd15iqr", "total", "ops")
+SPREAD_STATS = ("stddev", "iqr")
+ALLOWED_TIMING = "allowed a finite number of seconds > 0 (a corrupt or hand-edited run: re-save it or delete it)"
+
+
+def _bad_number(value: Any, zero_ok: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    return not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok)
+
+
+def check_timings(benches: list, where: str) -> None:
+    """Refuse the first entry whose timings are corrupt (NaN, infinite, zero, negative, or not
+    a number) in stats, stats.data or extra_info's invocation medians, naming it: a gate, a
+    report or a merge fed such a value would judge, show or pool nothing real."""
+    for i, b in enumerate(benches):
+        stats = b.get("stats")
+        extra = b.get("extra_info") or {}
+        entry = f"benchmarks[{i}] ({b.get('fullname') or b.get('name') or '?'})"
+        if stats is not None and not isinstance(stats, dict):
+            raise UsageError(f"{where}: {entry} stats is {json.dumps(stats)[:40]}: allowed pytest-benchmark's stats "
+                             "object")
+        stats = stats or {}
+        fields = [(f"stats.{k}", stats[k], k in SPREAD_STATS) for k in (*TIMING_STATS, *SPREAD_STATS)
+                  if k in stats and stats[k] is not None]
+        for field_name, values in (("stats.data", stats.get("data")),
+                                   (f"extra_info.{INVOCATION_MEDIANS}", extra.get(INVOCATION_MEDIANS))):
+            if values is None:
+                continue
+            if not isinstance(values, list):
+                raise UsageError(f"{where}: {entry} {field_name} is {json.dumps(values)[:40]}: allowed a list of "
+                                 "seconds")
+            fields += [(f"{field_name}[{j}]", v, False) for j, v in enumerate(values)]
+        for field_name, value, zero_ok in fields:
+            if _bad_number(value, zero_ok):
+                shown = json.dumps(value)[:40]  # NaN, Infinity, -0.01, "0.01"
+                allowed = ALLOWED_TIMING.replace("> 0", ">= 0") if zero_ok else ALLOWED_TIMING
+                raise UsageError(f"{where}: {entry} {field_name} is {shown}: {allowed}")
+
+
 def run_from_text(text: str, name: str | Path, *, baseline_for: str | None = None) -> dict[str, Any]:
     """A run file's content (read from disk by ``load_run``, or from git) checked as ``load_run``
     checks it; ``name`` is what its errors call it (a path, or a path at a commit)."""
     where = _where(name, baseline_for)
     try:
-        data = json.loads(text)
+        data = loads_json(text, where)
     except json.JSONDecodeError as e:
         raise UsageError(f"{where} is not valid JSON ({e.msg}: line {e.lineno} column {e.colno}): corrupt or "
                          "truncated; allowed a complete pytest-benchmark run file (re-save it or delete it)") from None
@@ -153,6 +232,7 @@ def run_from_text(text: str, name: str | Path, *, baseline_for: str | None = Non
             what = b if not isinstance(b, dict) else {"extra_info": b["extra_info"]}
             raise UsageError(f"{where}: benchmarks[{i}] is {json.dumps(what)[:60]}: allowed a JSON object "
                              "(with an extra_info object): not a pytest-benchmark JSON")
+    check_timings(benches, where)
     return data
 
 

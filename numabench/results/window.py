@@ -110,7 +110,8 @@ def learn(folder: str | Path, run_path: str | Path, *, keep: int = DEFAULT_KEEP,
         for p in dropped:
             p.unlink()
         kept = members(folder)
-        merged = merge_loaded([(p.name, storage.load_run(p)) for p in kept]).run
+        # learn() keeps each run once itself (a run learnt before is not added again)
+        merged = merge_loaded([(p.name, storage.load_run(p)) for p in kept], allow_duplicates=True).run
         merged["numabench_window"] = {"keep": keep, "members": [p.name for p in kept],
                                       "learnt": added.name if added else None}
         _replace(folder / BASELINE, merged)
