@@ -304,7 +304,7 @@
 
   function selftest(d, nav) {
     // #selftest: hover a point and zoom the first full chart as a person would, follow a "what
-    // changed" link to its row and click the last row from the page's end, so that a headless
+    // changed" link to its row and click the last row scrolled into view, so that a headless
     // browser test sees the interaction work (it cannot move a mouse through --dump-dom).
     var c = stats.full.filter(function (k) { return k.pts && k.pts.length; })[0];
     if (!c) return "no chart with points";
@@ -331,21 +331,23 @@
     }
     if (nav) {
       var panel = document.getElementById("detail-panel"), title = document.getElementById("detail-title");
-      var inView = function (row) {
-        var pr = panel.getBoundingClientRect(), rr = row ? row.getBoundingClientRect() : pr;
-        return pr.top >= -1 && pr.bottom <= window.innerHeight + 1 && rr.top >= pr.bottom - 1 &&
-          rr.bottom <= window.innerHeight + 1 && title.textContent === d.charts[row.getAttribute("data-entry")].title;
+      var inView = function (row) {  // "ok", or where the panel and the row lie
+        var pr = panel.getBoundingClientRect(), rr = row.getBoundingClientRect(), h = window.innerHeight;
+        var same = title.textContent === d.charts[row.getAttribute("data-entry")].title;
+        return pr.top >= -1 && pr.bottom <= h + 1 && rr.top >= pr.bottom - 1 && rr.bottom <= h + 1 && same ? "ok" :
+          "FAILED(panel " + Math.round(pr.top) + ".." + Math.round(pr.bottom) + ", row " + Math.round(rr.top) + ".." +
+          Math.round(rr.bottom) + " of " + h + (same ? "" : ", another chart") + ")";
       };
       var link = document.querySelector('#what-changed a[href*="#"]');
       if (link) {
         window.scrollTo(0, 0);
         var row = nav.go(link.getAttribute("href").split("#")[1]);
-        out.push(row && inView(row) ? "link=ok" : "link=FAILED");
+        out.push("link=" + (row ? inView(row) : "FAILED(no row " + link.getAttribute("href") + ")"));
       }
       var all = document.querySelectorAll("tr[data-entry]"), last = all[all.length - 1];
-      window.scrollTo(0, document.documentElement.scrollHeight);
+      last.scrollIntoView({ block: "end" });  // scrolled down to the last row, as a reader would
       last.dispatchEvent(new MouseEvent("click", { bubbles: true }));
-      out.push(inView(last) ? "inview=ok" : "inview=FAILED");
+      out.push("inview=" + inView(last));
       window.scrollTo(0, 0);
     }
     return out.join(" ");
@@ -391,9 +393,13 @@
       var panel = document.getElementById("detail-panel");
       var show = function (k) {
         var spec = charts[k];
+        // the panel keeps its height while it is redrawn: emptied for a moment, it would shorten the
+        // page, and a window scrolled near the page's end would jump back up
+        detail.style.minHeight = detail.offsetHeight + "px";
         detail.innerHTML = "";
         document.getElementById("detail-title").textContent = spec.title;
         new Chart(detail, spec, false);
+        detail.style.minHeight = "";
         document.querySelectorAll("tr.sel").forEach(function (r) { r.classList.remove("sel"); });
         var row = document.querySelector('tr[data-entry="' + k + '"]');
         if (row) row.classList.add("sel");
