@@ -367,7 +367,7 @@ def test_times_are_shown_in_a_unit_that_fits_them(tmp_path):
     runs = [("0001_a.json", _keyrun("2026-01-01T00:00:00", [_bench("a", [12.19e-6, 11.55e-6, 13.25e-6])]))]
     build_site(runs, tmp_path / "site")
     page = (tmp_path / "site" / "K1--touch.html").read_text()
-    assert "12.19 µs" in page and "11.55 to 13.25 µs" in page
+    assert "12.19 µs" in page and "11.55&ndash;13.25 µs" in page
     assert _chart(tmp_path / "site", "K1--touch.html", "a")["yunit"] == "s"  # site.js picks us, ms or s
 
 

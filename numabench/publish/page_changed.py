@@ -27,7 +27,8 @@ def _items(items: list[dict], link_family: bool) -> str:
         fam = f"<td class=\"fam\">{esc(v['family'])}</td>" if link_family else ""
         note = f"<td class=\"note-cell\">{esc(v['note'])}</td>" if v["note"] else "<td></td>"
         rows.append(f"<tr><td class=\"num {cls}\">{_pct(v['pct'])}</td><td class=\"{cls}\">{esc(v['verdict'])}</td>"
-                    f"{fam}<td class=\"what\"><a href=\"{esc(v['href'])}\">{esc(v['title'])}</a></td>{note}</tr>")
+                    f"{fam}<td class=\"what\"><a href=\"{esc(v['href'])}\">{esc(v['label'])}</a> "
+                    f"<span class=\"muted\">{esc(v['group'])}</span></td>{note}</tr>")
     return f"<table class=\"changes\"><tbody>{''.join(rows)}</tbody></table>"
 
 
@@ -39,7 +40,7 @@ def changed_body(ch: dict | None, *, limit: int | None, link_family: bool, more:
     r = ch["run"]
     parts = []
     lead = "Newest run" if ch["newest"] is None else "Newest run measuring these entries"
-    parts.append(f"<p class=\"chg-run\">{lead} {run_line(r)}</p>")
+    parts.append(f"<p class=\"chg-run\">{lead}: {run_line(r)}</p>")
     if ch["newest"] is not None:
         parts.append(f"<p class=\"muted chg-note\">The key's newest run, {esc(ch['newest']['name'])}, measured none of "
                      "these entries (it carried their values forward from earlier runs).</p>")
@@ -55,7 +56,7 @@ def changed_body(ch: dict | None, *, limit: int | None, link_family: bool, more:
         parts.append("<p class=\"muted chg-none\">No entry slower or faster.</p>")
         return "".join(parts)
     shown = items if limit is None else items[:limit]
-    parts.append(f"<p class=\"muted chg-cols\">% : {esc(ch['pct_means'])}; largest change first.</p>")
+    parts.append(f"<p class=\"muted chg-cols\">The %: {esc(ch['pct_means'])}; largest change first.</p>")
     parts.append(_items(shown, link_family))
     rest = items[len(shown):]
     if rest:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from numabench.publish.page_changed import changed_block, changed_body
 from numabench.publish.pages import esc, fmt_band, fmt_time, key_nav, page, runs_table, table, when_text
 
-FAMILY_ITEMS = 8  # changed entries listed before the rest are folded
+FAMILY_ITEMS = 6  # changed entries listed before the rest are folded
 NOTE_WORDS = {"coincides with": "new machine", "inside this run's band": "inside its band",
               "unconfirmed": "unconfirmed"}
 
@@ -64,10 +64,10 @@ def _verdict_cell(v: dict | None, runs: list[dict]) -> str:
     extra = f" ({v['beyond_band_pct']:+.1f}%)" if isinstance(v.get("beyond_band_pct"), (int, float)) else ""
     if v.get("confirmation") and text == "slower" and v["confirmation"] != "slower":
         extra += f", confirmation {v['confirmation']}"
-    if v["run"] != len(runs) - 1:
-        extra += f", {runs[v['run']]['name']}"  # the newest gated run is not the newest run
-    return (f"<span class=\"v-{esc(text.replace(' ', '-'))}\" title=\"{esc(v.get('why') or '')}\">"
-            f"{esc(text)}{esc(extra)}</span>")
+    # the newest gated run is not always the newest run: then it is named
+    when = "" if v["run"] == len(runs) - 1 else f" <span class=\"muted nowrap\">{esc(runs[v['run']]['name'])}</span>"
+    return (f"<span class=\"v-{esc(text.replace(' ', '-'))} nowrap\" title=\"{esc(v.get('why') or '')}\">"
+            f"{esc(text)}{esc(extra)}</span>{when}")
 
 
 def _row(e: dict, k: int, runs: list[dict]) -> list[str]:
@@ -78,7 +78,8 @@ def _row(e: dict, k: int, runs: list[dict]) -> list[str]:
     held = len(e["points"]) + len(e["carried"])
     return [esc(e["label"]), f"<div class=\"spark\" data-chart=\"{k}\"></div>", fmt_time(last["v"]),
             fmt_band(last["lo"], last["hi"]) if last["n"] > 1 else "<span class=\"muted\">one invocation</span>",
-            f"{esc(runs[last['run']]['name'])} <span class=\"muted\">({len(e['points'])} of {held})</span>",
+            f"{esc(runs[last['run']]['name'])} <span class=\"muted\" title=\"measured in {len(e['points'])} of the "
+            f"{held} runs holding it\">({len(e['points'])} of {held})</span>",
             f"<span title=\"the run holds {last['of']} (pooled)\">{last['n']}</span>",
             _changes_cell(e, runs), _verdict_cell(e["verdict"], runs), esc(", ".join(last["machines"]))]
 
@@ -101,9 +102,9 @@ def family_html(key: dict, fp: dict, elsewhere: list[tuple[str, str]]) -> str:
             rows.append(_row(e, k, runs))
             attrs.append(f" id=\"{esc(e['anchor'])}\" data-entry=\"{k}\"")
         groups += [f"<section class=\"group\" data-title=\"{esc(g['title'])}\"><h3>{esc(g['title'])}</h3>",
-                   table(["entry", "history", "newest measurement", "its band", "measured in (runs of those holding it)",
-                          "invocations", "change points", "gate verdict", "measured on"], rows, num={2, 5},
-                         attrs=attrs), "</section>"]
+                   table(["entry", "history", "newest", "its band", "measured in (runs)", "invocations",
+                          "change points", "gate verdict", "measured on"], rows, num={2, 5}, attrs=attrs,
+                         css="entries"), "</section>"]
     ch = fp["changed"]
     biggest = ch["changed"][0]["href"].split("#", 1)[1] if ch and ch["changed"] else None
     first = index_of.get(biggest, first_with_change or 0)

@@ -16,7 +16,7 @@ def _more(key: dict, shown: int) -> str:
             and f["changed"]["run"]["index"] == key["changed"]["run"]["index"]]
     total = len(key["changed"]["changed"])
     links = ", ".join(f"<a href=\"{esc(f['file'])}#what-changed\">{esc(f['family'])} ({n})</a>" for f, n in fams)
-    return f"<p class=\"chg-more\">{total - shown} more changed: {links}</p>"
+    return f"<p class=\"chg-more\">{total - shown} more; every changed entry, by family: {links}</p>"
 
 
 def _key_block(key: dict) -> str:

@@ -32,7 +32,7 @@ def fmt_time(s: float | None, unit_of: float | None = None) -> str:
 
 def fmt_band(lo: float, hi: float) -> str:
     scale, unit = time_unit(hi)
-    return f"{lo * scale:.4g} to {hi * scale:.4g} {unit}"
+    return f"{lo * scale:.4g}&ndash;{hi * scale:.4g} {unit}"
 
 
 def page(title: str, body: str, data: dict | None = None, nav: str = "") -> str:

@@ -391,7 +391,7 @@
     var detail = document.getElementById("detail"), nav = null;
     if (detail) {
       var panel = document.getElementById("detail-panel");
-      var show = function (k) {
+      var show = function (k, scroll) {
         var spec = charts[k];
         // the panel keeps its height while it is redrawn: emptied for a moment, it would shorten the
         // page, and a window scrolled near the page's end would jump back up
@@ -403,9 +403,9 @@
         document.querySelectorAll("tr.sel").forEach(function (r) { r.classList.remove("sel"); });
         var row = document.querySelector('tr[data-entry="' + k + '"]');
         if (row) row.classList.add("sel");
-        // the panel sticks to the top of the window; where it cannot (a narrow window), bring it back
+        // the panel sticks to the top of the window; where it cannot (a short window), a click brings it back
         var pr = panel.getBoundingClientRect();
-        if (pr.top < 0 || pr.bottom > window.innerHeight) panel.scrollIntoView({ block: "start" });
+        if (scroll && (pr.top < 0 || pr.bottom > window.innerHeight)) panel.scrollIntoView({ block: "start" });
       };
       nav = {
         go: function (id) {  // a link to a row: its history in the panel, the row just below it
@@ -413,17 +413,17 @@
           if (!row || !row.hasAttribute("data-entry")) return null;
           var box = document.getElementById("filter");
           if (row.style.display === "none" && box) { box.value = ""; box.dispatchEvent(new Event("input")); }
-          show(Number(row.getAttribute("data-entry")));
+          show(Number(row.getAttribute("data-entry")), false);
           row.scrollIntoView({ block: "start" });  // its scroll-margin keeps it below the panel
           return row;
         }
       };
       document.querySelectorAll("tr[data-entry]").forEach(function (row) {
-        row.addEventListener("click", function () { show(Number(row.getAttribute("data-entry"))); });
+        row.addEventListener("click", function () { show(Number(row.getAttribute("data-entry")), true); });
       });
       window.addEventListener("hashchange", function () { nav.go(decodeURIComponent(location.hash.slice(1))); });
       var hash = decodeURIComponent(location.hash.slice(1));
-      if (!(hash && hash !== "selftest" && nav.go(hash))) show(d.first || 0);
+      if (!(hash && hash !== "selftest" && nav.go(hash))) show(d.first || 0, false);
       stats.charts++;
     }
     var changed = document.getElementById("what-changed");

@@ -25,7 +25,7 @@ class Verdict:
     def as_dict(self) -> dict:
         e = self.entry
         return {"verdict": self.verdict, "pct": self.pct, "note": self.note, "family": e["family"],
-                "title": e["title"], "href": e["href"]}
+                "label": e["label"], "group": e["group"], "href": e["href"]}
 
 
 @dataclass
