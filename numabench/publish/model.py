@@ -106,16 +106,10 @@ def _anchor(name: str, taken: set) -> str:
     return out
 
 
-def family_page(key: dict, family: str, by_run: list[dict[str, dict]], machines: list[str | None],
-                threshold_pct: float) -> dict:
-    """Entries grouped by phase and the axes other than policy and size; each with its history,
-    its row's anchor and the link to it."""
-    seen: dict[str, dict] = {}
-    for benches in by_run:
-        for name, b in benches.items():
-            x = b.get("extra_info") or {}
-            if x.get("family") == family:
-                seen[name] = x  # the newest run's axes win
+def family_page(key: dict, family: str, seen: dict[str, dict], by_run: list[dict[str, dict]],
+                machines: list[str | None], threshold_pct: float) -> dict:
+    """Entries grouped by phase and the axes other than policy and size (``seen``: each entry's
+    extra_info, the newest run's); each with its history, its row's anchor and the link to it."""
     groups: dict[str, list[dict]] = defaultdict(list)
     page = family_file(key["slug"], slug(family))
     taken: set = set()
@@ -163,10 +157,14 @@ def key_model(key: str, kruns: list[Run], threshold_pct: float) -> dict:
     runs = [run_info(k, n, label, r) for k, (n, (label, r)) in enumerate(zip(names, kruns))]
     by_run = [{b["fullname"]: b for b in r["benchmarks"] if "fullname" in b} for _, r in kruns]
     machines = [run_machine(r) for _, r in kruns]
-    families = sorted({(b.get("extra_info") or {}).get("family") for _, r in kruns for b in r["benchmarks"]}
-                      - {None})
+    by_family: dict[str, dict[str, dict]] = defaultdict(dict)
+    for benches in by_run:
+        for name, b in benches.items():
+            x = b.get("extra_info") or {}
+            if x.get("family"):
+                by_family[x["family"]][name] = x  # the newest run's axes win
     out = {"key": key, "slug": k_slug, "runs": runs, "numa_file": numa_file(k_slug)}
-    fpages = [family_page(out, f, by_run, machines, threshold_pct) for f in families]
+    fpages = [family_page(out, f, by_family[f], by_run, machines, threshold_pct) for f in sorted(by_family)]
     every = [h for fp in fpages for g in fp["groups"] for h in g["entries"]]
     for r in runs:
         r["measured"] = sum(1 for h in every if any(p["run"] == r["index"] for p in h["points"]))
