@@ -42,8 +42,9 @@ def changed_body(ch: dict | None, *, limit: int | None, link_family: bool, more:
     lead = "Newest run" if ch["newest"] is None else "Newest run measuring these entries"
     parts.append(f"<p class=\"chg-run\">{lead}: {run_line(r)}</p>")
     if ch["newest"] is not None:
+        how = ("only carried values of earlier runs forward" if ch["newest_carried"] else "holds none of them")
         parts.append(f"<p class=\"muted chg-note\">The key's newest run, {esc(ch['newest']['name'])}, measured none of "
-                     "these entries (it carried their values forward from earlier runs).</p>")
+                     f"these entries: it {how}.</p>")
     measured = (f"{ch['measured']} entr{'y' if ch['measured'] == 1 else 'ies'} measured in this run"
                 + (f", {ch['carried']} carried from earlier runs (not measured again)" if ch["carried"] else ""))
     if ch["source"] == "none":

@@ -38,8 +38,8 @@ def history_chart(e: dict, runs: list[dict]) -> dict:
                                  + (f"; {notes}" if notes else ""),
                        1 if c["dir"] == "slower" else -1,
                        f"{c['pct']:+.1f}%" + ("*" if c["notes"] else "")])
-    return {"title": e["title"], "entry": e["name"], "kind": "history", "xlabel": "run", "ylabel": "median time", "yunit": "s",
-            "xlog": False, "ylog": False, "xticks": [[r["index"], r["name"]] for r in runs],
+    return {"title": e["title"], "entry": e["name"], "kind": "history", "xlabel": "run", "ylabel": "median time",
+            "yunit": "s", "xlog": False, "ylog": False, "xticks": [[r["index"], r["name"]] for r in runs],
             "xspan": [0, len(runs) - 1], "vlines": vlines,
             "series": [{"name": "median of the invocations the run measured (bar: their range)", "points": pts,
                         "band": "bars"}]}
@@ -111,8 +111,8 @@ def family_html(key: dict, fp: dict, elsewhere: list[tuple[str, str]]) -> str:
     changes = sum(fp["changes"].values())
     parts = [changed_block(changed_body(ch, limit=FAMILY_ITEMS, link_family=False)),
              f"<p class=\"note\">{fp['entries']} entries over {len(runs)} run(s); {changes} change point(s) "
-             "(red: slower, green: faster; * a weak one: it coincides with a new machine or the previous value lies "
-             "inside the new band). A point is a run's own measurement: runs that only carried an entry forward "
+             "(red: slower, green: faster; * a weak one: it coincides with a new machine, the previous value lies "
+             "inside the new band, or no later measurement has confirmed it yet). A point is a run's own measurement: runs that only carried an entry forward "
              "have none. Click a row, or an entry above, to see its history in the chart; there the wheel zooms, "
              "a drag pans, a double click resets.</p>",
              "<div class=\"panel detail\" id=\"detail-panel\"><h4 id=\"detail-title\"></h4><div id=\"detail\"></div>"

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from numabench.results.history import Point, beyond
+
 SLOWER, FASTER, SAME, NEW = "slower", "faster", "same", "new"
 CHANGED = (SLOWER, FASTER)
 
@@ -78,9 +80,9 @@ def history_verdicts(entries: list[dict], run: int, runs: list[dict], threshold_
             items.append(Verdict(e, NEW, None, "no earlier measurement"))
             continue
         q = pts[i - 1]
-        t = threshold_pct / 100
-        verdict = SLOWER if p["v"] > q["hi"] * (1 + t) else FASTER if p["v"] < q["lo"] * (1 - t) else SAME
-        items.append(Verdict(e, verdict, (p["v"] / q["v"] - 1) * 100, f"previous measurement: {runs[q['run']]['name']}"))
+        side = beyond(Point(run, p["v"], p["lo"], p["hi"]), Point(q["run"], q["v"], q["lo"], q["hi"]), threshold_pct)
+        items.append(Verdict(e, {1: SLOWER, -1: FASTER}.get(side, SAME), (p["v"] / q["v"] - 1) * 100,
+                             f"previous measurement: {runs[q['run']]['name']}"))
     if not items:
         return None
     return RunVerdicts("history", run, "not judged by the gate: each entry this run measured against its previous "
@@ -119,7 +121,9 @@ def what_changed(entries: list[dict], runs: list[dict], threshold_pct: float,
         counts[v.verdict] = counts.get(v.verdict, 0) + 1
     measured = sum(1 for e in entries if any(p["run"] == run for p in e["points"]))
     carried = sum(1 for e in entries if run in e["carried"])
-    return {"run": runs[run], "newest": runs[-1] if run != len(runs) - 1 else None,
+    last = len(runs) - 1
+    return {"run": runs[run], "newest": runs[last] if run != last else None,
+            "newest_carried": sum(1 for e in entries if last in e["carried"]),
             "source": judged.source if judged else "none", "heading": judged.heading if judged else "",
             "rule": judged.rule if judged else "", "pct_means": judged.pct_means if judged else "",
             "counts": counts, "measured": measured, "carried": carried,

@@ -209,7 +209,7 @@ def _point(k: int, bench: dict, seen: set) -> Point | None:
     return Point(k, statistics.median(new), min(new), max(new))
 
 
-def _beyond(p: Point, ref: Point, threshold_pct: float) -> int:
+def beyond(p: Point, ref: Point, threshold_pct: float) -> int:
     """+1 above ref's band by more than the threshold, -1 below, 0 within."""
     if p.value > ref.high * (1 + threshold_pct / 100):
         return 1
@@ -224,11 +224,11 @@ def change_points(points: list[Point], threshold_pct: float) -> list[Change]:
     measured = [p for p in points if not p.carried]
     out = []
     for i in range(1, len(measured)):
-        side = _beyond(measured[i], measured[i - 1], threshold_pct)
+        side = beyond(measured[i], measured[i - 1], threshold_pct)
         if side == 0:
             continue
         last = i + 1 == len(measured)
-        if not last and _beyond(measured[i + 1], measured[i - 1], threshold_pct) != side:
+        if not last and beyond(measured[i + 1], measured[i - 1], threshold_pct) != side:
             continue  # not confirmed by the next run
         out.append(Change(measured[i].run, measured[i - 1].value, measured[i].value, confirmed=not last))
     return out
