@@ -119,7 +119,10 @@ def test_predictions_say_what_they_stand_on():
     assert a.basis(0.8) == ("extrapolated", pytest.approx(30.0))
     assert a.basis(0.5)[0] == "measured" and a.basis(0.4)[0] == "interpolated"
     text = render([a])
-    assert "4:1 1000 [extrap. 30 pts]" in text and "weighted:0=3,3=1 (1000 ms, 75% on node 0; extrapolated, 25 pts from the nearest measured ratio)" in text
+    assert "4:1 1000 [extrap. 30 pts]" in text
+    # 3:1 and 4:1 are extrapolations predicted at bind:0's own time: bind:0 (measured) is the choice
+    assert a.best.weights == "0=3,3=1" and a.fastest == ("bind:0", 1.0, "measured")
+    assert "fastest: bind:0 (1000 ms; measured)" in text and "fastest: weighted" not in text
     room, basis = a.room
     assert room == pytest.approx(1.02 / 4) and basis.startswith("extrapolated, 24 pts beyond")
     # nothing weighted measured: every prediction is the model's only
@@ -138,6 +141,14 @@ def test_the_room_is_checked_against_the_measured_ratios_it_crosses():
     room, basis = a.room
     assert room == pytest.approx(0.5) and "67% is +10.9%" in basis
     assert "up to 50% of the pages can live on node 1" in render([a])
+
+
+def test_a_ratio_is_the_fastest_only_where_the_model_puts_it_faster_than_the_fast_node():
+    # host-only: 3:1 predicted 0.75 s against bind:0's 1.0 s: the ratio; link-bound, 3:1 at the floor: bind:0
+    (host,) = advise(run([entry("cpu_adam", "step", "bind:0", 1.0), entry("cpu_adam", "step", "bind:1", 3.0)]))
+    assert host.fastest == ("weighted:0=3,1=1", pytest.approx(0.75), "model only: no weighted ratio measured")
+    (link,) = advise(run([entry("adam_offload", "h2d", "bind:0", 1.0), entry("adam_offload", "h2d", "bind:3", 4.0)]))
+    assert link.best.predicted_s == pytest.approx(1.0) and link.fastest == ("bind:0", 1.0, "measured")
 
 
 def test_the_fast_node_alone_is_the_fastest_where_it_was_measured_faster():

@@ -122,3 +122,16 @@ def test_git_history_reads_each_run_once_and_follows_renames(tmp_path, capsys):
     assert s.name.endswith("-register]") and len(s.points) == 2 and len(s.changes) == 1
     assert main(["history", str(root), "--git"]) == 0
     assert "2 committed versions" in capsys.readouterr().out
+
+
+def test_a_merge_that_labels_carried_invocations_adds_none(tmp_path):
+    """An entry saved before merges labelled invocations, carried into a merged run that labels
+    it with its first run and pools new invocations beside it: the merged run's point is the new
+    invocations alone, the relabelled one is not measured again."""
+    root = tmp_path / "baselines"
+    save(root, "K", "0001_r.json", run([bench("a", [1.0])], "K", "2026-01-01T00:00:00"))
+    pooled = bench("a", [1.0, 2.0, 2.2], sources=["0001_r.json (vm, 2026-01-01)", "new.json", "new.json"])
+    save(root, "K", "0002_r.json", run([pooled], "K", "2026-01-02T00:00:00"))
+    (series,) = history(root / "K").series
+    assert [(p.value, p.low, p.high, p.carried) for p in series.points] == [(1.0, 1.0, 1.0, False),
+                                                                          (2.1, 2.0, 2.2, False)]

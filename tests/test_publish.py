@@ -190,3 +190,214 @@ def test_browser_setup_without_a_browser_names_the_command(tmp_path):
         assert res.stderr.strip().splitlines() == [
             "browser-setup: ERROR: no Chromium on PATH; install it with `apt-get install -y --no-install-recommends "
             "chromium` (as root), or let this script do it: NUMABENCH_BROWSER_APT=1 bash .ci/browser-setup"]
+
+
+# --- what a reader sees first, and histories that show only what was measured -------------------
+
+# each case its own size: its chart's title (group: policy and size) names it
+CASE_NUMEL = {case: (k + 1) << 20 for k, case in enumerate(("a", "b", "c", "d", "up", "down", "weak"))}
+
+
+def _bench(case: str, invocations: list[float], *, sources: list[str] | None = None, machines: list | None = None,
+           gate: dict | None = None, numel: int | None = None, policy: str = "bind:0", family: str = "touch") -> dict:
+    numel = numel or CASE_NUMEL.get(case, 1 << 20)
+    x = {"family": family, "phase": "touch", "nprocess": 1, "numel": numel, "dtype": "fp32", "policy": policy,
+         "invocation_medians_s": invocations}
+    if sources:
+        x["invocation_sources"] = sources
+    if machines:
+        x["invocation_machines"] = machines
+    if gate:
+        x["gate"] = gate
+    name = f"test_{family}[{case}]"
+    return {"name": name, "fullname": f"benchmarks/test_{family}.py::{name}", "extra_info": x,
+            "stats": {"median": statistics.median(invocations), "mean": statistics.mean(invocations)}}
+
+
+def _keyrun(when: str, benches: list[dict], machine: str = "box", commit: str = "", nodes: int = 1) -> dict:
+    return {"machine_info": {"node": "n", "numabench": {"hardware_key": "K1", "machine_instance": machine,
+                                                        "numa_nodes": nodes}},
+            "commit_info": {"id": commit or when.replace(":", "").replace("-", "")}, "datetime": when,
+            "benchmarks": benches}
+
+
+def _chart(site: Path, page: str, case: str) -> dict:
+    want = f"numel={_size(CASE_NUMEL[case])}"
+    return next(c for c in site_data(site / page)["charts"] if c["title"].endswith(want))
+
+
+def _changed_section(html_text: str) -> str:
+    m = re.search(r'<section id="what-changed".*?</section>', html_text, re.S)
+    assert m, "no what-changed block"
+    return m.group(0)
+
+
+def test_a_history_point_is_a_runs_own_measurement(tmp_path):
+    """A merge carries an entry forward (the same medians, now labelled) and later pools new
+    invocations into it: the history has a point at the run that measured it and at the run that
+    added invocations, made of those alone, and none where it was only carried."""
+    first = [1.0, 1.01, 0.99]
+    src = ["0001_a.json (vm, 2026-01-01)"] * 3
+    runs = [("0001_a.json", _keyrun("2026-01-01T00:00:00", [_bench("a", first)])),
+            ("0002_b.json", _keyrun("2026-01-02T00:00:00", [_bench("a", first, sources=src),
+                                                            _bench("b", [2.0, 2.02])])),
+            ("0003_c.json", _keyrun("2026-01-03T00:00:00", [_bench("a", first, sources=src),
+                                                            _bench("b", [2.0, 2.02], sources=["0002"] * 2)])),
+            ("0004_d.json", _keyrun("2026-01-04T00:00:00", [
+                _bench("a", first + [1.2, 1.22, 1.18], sources=src + ["new.json"] * 3),
+                _bench("b", [2.0, 2.02], sources=["0002"] * 2)]))]
+    build_site(runs, tmp_path / "site")
+    a = _chart(tmp_path / "site", "K1--touch.html", "a")
+    assert [(p[0], p[1], p[2], p[3]) for p in a["series"][0]["points"]] == [(0, 1.0, 0.99, 1.01),
+                                                                            (3, pytest.approx(1.2), 1.18, 1.22)]
+    b = _chart(tmp_path / "site", "K1--touch.html", "b")
+    assert [p[0] for p in b["series"][0]["points"]] == [1]  # measured once, carried twice: one point
+    assert "1 of 3" in (tmp_path / "site" / "K1--touch.html").read_text()  # its row: measured in 1 of the 3 runs
+    # the axis still spans every run of the key, each named once
+    assert a["xspan"] == [0, 3] and len({t[1] for t in a["xticks"]}) == 4
+
+
+def test_change_points_are_coloured_by_their_direction(tmp_path):
+    """A slower and a faster change point: each says its direction (the chart's line, the row's
+    text), so a -30% never reads like a +50%; one that coincides with a machine joining, or whose
+    new band still holds the previous value, says so."""
+    def run(k: int, up: float, down: float, weak: list[float], machine: str) -> tuple[str, dict]:
+        jitter = 1 + k / 1000  # each run its own measurement
+        return (f"000{k}_r.json", _keyrun(f"2026-01-0{k}T00:00:00", [
+            _bench("up", [up * jitter, up * 1.01, up * 0.99], machines=[machine] * 3),
+            _bench("down", [down * jitter, down * 1.01, down * 0.99], machines=[machine] * 3),
+            _bench("weak", [w * jitter for w in weak], machines=["m1"] * 3)], machine=machine))
+    runs = [run(1, 1.0, 1.0, [1.0, 1.01, 0.99], "m1"), run(2, 1.5, 0.7, [1.2, 1.21, 0.98], "m2"),
+            run(3, 1.5, 0.7, [1.2, 1.21, 0.98], "m2")]
+    build_site(runs, tmp_path / "site")
+    page = (tmp_path / "site" / "K1--touch.html").read_text()
+    up, down, weak = (_chart(tmp_path / "site", "K1--touch.html", c) for c in ("up", "down", "weak"))
+    assert [v[2] for v in up["vlines"]] == [1] and up["vlines"][0][3].startswith("+")
+    assert [v[2] for v in down["vlines"]] == [-1] and down["vlines"][0][3].startswith("-")
+    assert re.search(r'class="v-slower"[^>]*>0002 01-02 00:00: \+50\.\d%', page)
+    assert re.search(r'class="v-faster"[^>]*>0002 01-02 00:00: -29\.\d%', page)
+    assert "coincides with m2 joining" in up["vlines"][0][1] and "inside" not in up["vlines"][0][1]
+    (w,) = weak["vlines"]
+    assert "the previous value lies inside this run's band" in w[1] and "joining" not in w[1] and w[3].endswith("*")
+
+
+def test_the_band_is_a_bar_at_each_measurement_never_an_area_between_runs(tmp_path):
+    runs = [(f"000{k}_r.json", _keyrun(f"2026-01-0{k}T00:00:00", [_bench("a", v)]))
+            for k, v in ((1, [1.0, 1.01, 0.99]), (2, [2.0, 2.2, 1.8]))]
+    build_site(runs, tmp_path / "site")
+    spec = _chart(tmp_path / "site", "K1--touch.html", "a")
+    (series,) = spec["series"]
+    assert series["band"] == "bars"  # site.js: one bar per point from lo to hi
+    assert [(p[2], p[3]) for p in series["points"]] == [(0.99, 1.01), (1.8, 2.2)]
+    js = (tmp_path / "site" / "site.js").read_text()
+    assert "polygon" not in js  # nothing draws an area from one run's band to the next
+
+
+def _gated_site(tmp_path: Path) -> Path:
+    slow = {"verdict": "slower", "confirmation": "slower", "beyond_band_pct": 12.0, "why": None}
+    slight = {"verdict": "slower", "confirmation": "same", "beyond_band_pct": 4.0, "why": None}
+    fast = {"verdict": "faster", "confirmation": None, "beyond_band_pct": -20.0, "why": None}
+    same = {"verdict": "same", "confirmation": None, "beyond_band_pct": -1.0, "why": None}
+    old = [_bench(c, [1.0, 1.01, 0.99]) for c in ("a", "b", "c", "d")]
+    new = [_bench("a", [1.2, 1.21, 1.19], gate=slow), _bench("b", [1.06, 1.07, 1.05], gate=slight),
+           _bench("c", [0.7, 0.71, 0.69], gate=fast), _bench("d", [1.0, 1.02, 0.98], gate=same)]
+    runs = [("0001_base.json", _keyrun("2026-01-01T00:00:00", old, machine="boxA", commit="aaaa1111")),
+            ("run.json", _keyrun("2026-01-02T03:04:00", new, machine="boxB", commit="bbbb2222cccc"))]
+    build_site(runs, tmp_path / "site")
+    return tmp_path / "site"
+
+
+def test_the_index_and_each_family_page_lead_with_what_changed(tmp_path):
+    """The newest run's verdicts come first: named, dated, with its commit and machine; the gate's
+    verdicts with slower and faster entries largest change first, coloured, each linked to its
+    row; the families before the runs, and the runs folded."""
+    site = _gated_site(tmp_path)
+    index = (site / "index.html").read_text()
+    main = index.split("<main>", 1)[1]
+    assert main.lstrip().startswith('<section id="what-changed"')
+    block = _changed_section(index)
+    for text in ("run 01-02 03:04", "2026-01-02 03:04 UTC", "bbbb2222", "boxB", "regression gate"):
+        assert text in block, text
+    assert re.search(r'class="v-slower">2 slower</span>, <span class="v-faster">1 faster</span>, '
+                     r'<span class="v-same">1 same', block)
+    pcts = re.findall(r'<td class="num v-(slower|faster)">([+-][\d.]+)%', block)
+    assert pcts == [("faster", "-20.0"), ("slower", "+12.0"), ("slower", "+4.0")]  # largest change first
+    assert "not confirmed" in block  # the slower one its confirmation cleared says so
+    for href in re.findall(r'<a href="([^"#]+)#([^"]+)"', block):
+        target = (site / href[0]).read_text()
+        assert f'id="{href[1]}"' in target, href
+    assert index.index('class="families"') < index.index('<details class="runs">')
+    family = (site / "K1--touch.html").read_text()
+    assert family.split("<main>", 1)[1].lstrip().startswith('<section id="what-changed"')
+    assert _changed_section(family).count("<tr>") == 3
+
+
+def test_a_run_not_gated_is_judged_against_the_previous_measurement_and_says_so(tmp_path):
+    runs = [("0001_a.json", _keyrun("2026-01-01T00:00:00", [_bench("a", [1.0, 1.01, 0.99]),
+                                                            _bench("b", [1.0, 1.01, 0.99])])),
+            ("0002_b.json", _keyrun("2026-01-02T00:00:00", [_bench("a", [1.5, 1.51, 1.49]),
+                                                            _bench("b", [1.0, 1.01, 0.99])]))]
+    build_site(runs, tmp_path / "site")
+    block = _changed_section((tmp_path / "site" / "index.html").read_text())
+    assert "not judged by the gate" in block and "+50.0%" in block
+    assert "1 entry measured in this run, 1 carried from earlier runs" in block
+
+
+def test_one_name_per_run_on_every_axis_and_table(tmp_path):
+    """git's versions of one file, two of them at one code commit: each run one name, never two
+    alike on an axis, the same on the axis, in the runs table and in the page's data."""
+    out = tmp_path / "site"
+    history = ["--git"] if (ROOT / ".git").exists() else []
+    res = subprocess.run([sys.executable, "-m", "numabench", "publish", str(BASELINES), *history, "--out", str(out)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    pages = sorted(p for p in out.glob("*--*.html") if not p.name.endswith("--numa.html"))
+    for page in pages:
+        for c in site_data(page)["charts"]:
+            ticks = [t[1] for t in c["xticks"]]
+            assert len(set(ticks)) == len(ticks), f"{page.name}: {c['title']}: {ticks}"
+    for page in pages:
+        data, text = site_data(page), page.read_text()
+        names = [n for n, _ in data["runs"]]
+        assert all(f"<b>{n}</b>" in text for n in names), page.name  # the runs table
+        assert all([t[1] for t in c["xticks"]] == names for c in data["charts"]), page.name
+
+
+def test_times_are_shown_in_a_unit_that_fits_them(tmp_path):
+    runs = [("0001_a.json", _keyrun("2026-01-01T00:00:00", [_bench("a", [12.19e-6, 11.55e-6, 13.25e-6])]))]
+    build_site(runs, tmp_path / "site")
+    page = (tmp_path / "site" / "K1--touch.html").read_text()
+    assert "12.19 µs" in page and "11.55&ndash;13.25 µs" in page
+    assert _chart(tmp_path / "site", "K1--touch.html", "a")["yunit"] == "s"  # site.js picks us, ms or s
+
+
+def test_a_one_node_key_says_it_has_no_placement_choice_first(tmp_path):
+    benches = [_bench(f"{p}-{n}", [t * 1.0, t * 1.01, t * 0.99], policy=p, numel=n)
+               for p, t in (("bind:0", 1.0), ("default", 1.02), ("interleave:all", 1.01))
+               for n in (1 << 20, 1 << 24)]
+    build_site([("0001_a.json", _keyrun("2026-01-01T00:00:00", benches, nodes=1))], tmp_path / "site")
+    numa = (tmp_path / "site" / "K1--numa.html").read_text()
+    main = numa.split("<main>", 1)[1]
+    assert "no placement choice" in main[:400]
+    assert "data-chart=" not in numa  # no panels of coinciding policies
+    assert re.search(r"<td>touch</td>|>touch</a></td><td class=\"num\">2</td>", main)
+
+
+def test_a_single_size_is_a_dot_per_policy(tmp_path):
+    benches = [_bench(p, [t, t * 1.01, t * 0.99], policy=p, numel=32) for p, t in (("bind:0", 1.0), ("bind:1", 1.3))]
+    build_site([("0001_a.json", _keyrun("2026-01-01T00:00:00", benches, nodes=2))], tmp_path / "site")
+    (chart,) = [c for c in site_data(tmp_path / "site" / "K1--numa.html")["charts"] if c["kind"] == "dots"]
+    assert chart["kind"] == "dots" and not chart["xlog"]
+    assert [t[1] for t in chart["xticks"]] == ["bind:0", "bind:1"]
+    assert [s["points"][0][0] for s in chart["series"]] == [0, 1]
+
+
+def test_the_advisor_table_names_each_column_once_and_recommends_only_what_stands(tmp_path):
+    out = publish_seed_site(tmp_path)
+    numa = next(out.glob("*--numa.html")).read_text()
+    advisor = numa[numa.index("<h2>Advisor</h2>"):]
+    header = re.findall(r"<th>([^<]*)</th>", advisor.split("</thead>", 1)[0])
+    assert len(header) == len(set(header)), header
+    # the seed's copies are link-bound: no ratio is predicted faster than the fast node alone
+    rows = re.findall(r"<tr><td>(adam_offload (?:h2d|d2h)[^<]*)</td>(.*?)</tr>", advisor)
+    assert rows and all("<td>weighted:" not in cells for _, cells in rows)

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from numabench.atomic import staged_folder
 from numabench.errors import UsageError
-from numabench.publish.model import Run, site_model
-from numabench.publish.pages import family_file, family_html, index_page, numa_file, numa_html
 from numabench.gate.rule import DEFAULT_THRESHOLD
+from numabench.publish.model import Run, site_model
+from numabench.publish.page_family import family_html
+from numabench.publish.page_index import index_page
+from numabench.publish.page_numa import numa_html
 
 ASSETS = ("site.js", "site.css")
 
@@ -61,10 +63,13 @@ def build_site(runs: list[Run], out: str | Path, *, source: str = "", threshold:
             names.append(name)
 
         write("index.html", index_page(model, source))
+        pages_of = {(k["key"], f["family"]): f["file"] for k in model["keys"] for f in k["families"]}
         for key in model["keys"]:
-            for fp, fam in zip(key["family_pages"], key["families"]):
-                write(family_file(key, fam["slug"]), family_html(key, fp))
-            write(numa_file(key), numa_html(key))
+            for fp in key["family_pages"]:
+                elsewhere = [(k["key"], pages_of[(k["key"], fp["family"])]) for k in model["keys"]
+                             if k is not key and (k["key"], fp["family"]) in pages_of]
+                write(fp["file"], family_html(key, fp, elsewhere))
+            write(key["numa_file"], numa_html(key))
         for name in ASSETS:
             (stage / name).write_bytes(resources.files("numabench.publish").joinpath(name).read_bytes())
     return Site(out, [out / n for n in names], len(model["keys"]), len(runs))

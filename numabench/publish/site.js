@@ -1,14 +1,24 @@
 /* numabench publish: draws the site's charts from the JSON each page embeds (no library, no
-   network). A chart spec: {title, xlabel, ylabel, xlog, ylog, yscale, xticks: [[x, label]],
-   vlines: [[x, label]], series: [{name, points: [[x, y, lo, hi, tip]], line, band, marker}]}.
-   Hover shows a point's values; on a full chart the wheel zooms the x axis, a drag pans it and
-   a double click resets. When done, <body> carries data-rendered, data-charts, data-points and
-   data-label-issues (tick labels overlapping or cut off), which the browser test reads. */
+   network). A chart spec: {title, kind (history, xy, dots), xlabel, ylabel, yunit ("s": times,
+   shown in us, ms or s as the chart's values need), xlog, ylog, xticks: [[x, label]], xspan:
+   [x0, x1] (the axis spans it even where no point lies), vlines: [[x, tip, sign, label]] (change
+   points: sign +1 slower, drawn red, -1 faster, drawn green), series: [{name, points: [[x, y,
+   lo, hi, tip]], line, band ("bars": a bar per point from lo to hi, never an area between
+   points), marker}]}. Hover shows a point's values; on a full chart the wheel zooms the x axis,
+   a drag pans it and a double click resets. A row click (or a link to a row) shows its history
+   in the detail panel and keeps the panel in view. When done, <body> carries data-rendered,
+   data-charts, data-points and data-label-issues (tick labels overlapping, cut off or repeated
+   on one axis), which the browser test reads. */
 "use strict";
 (function () {
   var NS = "http://www.w3.org/2000/svg";
-  var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-    "#7f7f7f", "#bcbd22"];
+  var COLORS = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22",
+    "#393b79", "#637939"];  // no red or green: those say slower and faster
+  var SLOWER = "#d62728", FASTER = "#2ca02c", NEUTRAL = "#888888";
+  var UNITS = [[1e-3, 1e6, "\u00b5s"], [1, 1e3, "ms"], [Infinity, 1, "s"]];  // below, scale, unit
+  // An axis spans at least this share of its values (linear) or this ratio (log): a 0.5% wobble
+  // must not fill the chart's height and look like a change.
+  var MIN_REL_SPAN = 0.1;
   var stats = { charts: 0, points: 0, labelIssues: 0, issues: [], full: [] };
   var errors = [];
   window.addEventListener("error", function (e) {
@@ -57,6 +67,17 @@
     return out;
   }
 
+  function unitOf(spec) {
+    // times in the unit their largest value reaches 1 in; other values as the spec scales them
+    if (spec.yunit !== "s") return { scale: spec.yscale || 1, label: spec.ylabel || "" };
+    var top = 0;
+    spec.series.forEach(function (s) {
+      s.points.forEach(function (p) { if (p[1] !== null && isFinite(p[1])) top = Math.max(top, Math.abs(p[1])); });
+    });
+    var u = UNITS.filter(function (u) { return top < u[0]; })[0];
+    return { scale: u[1], label: (spec.ylabel || "") + " (" + u[2] + ")" };
+  }
+
   function extent(spec) {
     var xs = [], ys = [];
     spec.series.forEach(function (s) {
@@ -69,10 +90,16 @@
       });
     });
     (spec.vlines || []).forEach(function (v) { xs.push(tr(v[0], spec.xlog)); });
-    if (!xs.length) return null;
+    (spec.xspan || []).forEach(function (x) { xs.push(tr(x, spec.xlog)); });
+    if (!xs.length || !ys.length) return null;
     var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
     var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
-    var px = (x1 - x0) * 0.04 || 0.5, py = (y1 - y0) * 0.08 || Math.abs(y0) * 0.1 || 0.5;
+    var least = spec.ylog ? Math.log10(1 + MIN_REL_SPAN) : MIN_REL_SPAN * Math.max(Math.abs(y0), Math.abs(y1));
+    if (y1 - y0 < least) {
+      var c = (y0 + y1) / 2;
+      y0 = c - least / 2; y1 = c + least / 2;
+    }
+    var px = spec.kind === "dots" ? 0.5 : ((x1 - x0) * 0.04 || 0.5), py = (y1 - y0) * 0.08 || 0.5;
     return { x0: x0 - px, x1: x1 + px, y0: y0 - py, y1: y1 + py };
   }
 
@@ -86,6 +113,10 @@
       var rs = Array.prototype.map.call(svg.querySelectorAll("text." + cls), function (t) {
         return t.getBoundingClientRect();
       });
+      var texts = Array.prototype.map.call(svg.querySelectorAll("text." + cls), function (t) { return t.textContent; });
+      if (cls !== "axis" && new Set(texts).size < texts.length) {
+        stats.labelIssues++; stats.issues.push(title + ": two " + cls + " labels read the same");
+      }
       rs.forEach(function (r, i) {
         if (r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5) {
           stats.labelIssues++; stats.issues.push(title + ": label cut off");
@@ -105,6 +136,7 @@
 
   function Chart(host, spec, compact) {
     this.host = host; this.spec = spec; this.compact = compact;
+    this.unit = unitOf(spec);
     this.full = extent(spec);
     this.view = this.full && { x0: this.full.x0, x1: this.full.x1 };
     this.draw();
@@ -122,7 +154,7 @@
     host.insertBefore(svg, host.firstChild);
     this.svg = svg;
     if (!this.full) { el("text", { x: 8, y: H / 2, "class": "empty" }, svg).textContent = "no data"; return; }
-    var v = this.view, f = this.full, ys = spec.yscale || 1;
+    var v = this.view, f = this.full, ys = this.unit.scale;
     var pw = W - m.l - m.r, ph = H - m.t - m.b;
     var X = function (x) { return m.l + (tr(x, spec.xlog) - v.x0) / (v.x1 - v.x0) * pw; };
     var Y = function (y) { return m.t + ph - (tr(y, spec.ylog) - f.y0) / (f.y1 - f.y0) * ph; };
@@ -159,34 +191,39 @@
       el("rect", { x: m.l, y: m.t, width: pw, height: ph, "class": "frame" }, svg);
       el("text", { x: m.l + pw / 2, y: H - 6, "class": "axis", "text-anchor": "middle" }, svg).textContent = spec.xlabel || "";
       el("text", { x: 12, y: m.t + ph / 2, "class": "axis", "text-anchor": "middle",
-        transform: "rotate(-90 12 " + (m.t + ph / 2) + ")" }, svg).textContent = spec.ylabel || "";
+        transform: "rotate(-90 12 " + (m.t + ph / 2) + ")" }, svg).textContent = this.unit.label;
     }
     var plot = el("g", { "clip-path": "url(#" + id + ")" }, svg);
     (spec.vlines || []).forEach(function (vl) {
-      var x = X(vl[0]);
-      el("line", { x1: x, x2: x, y1: m.t, y2: m.t + ph, "class": "change" }, plot);
-      if (!compact) el("title", {}, el("rect", { x: x - 3, y: m.t, width: 6, height: ph, "class": "hit" }, plot))
-        .textContent = vl[1];
+      var x = X(vl[0]), sign = vl[2] || 0, col = sign > 0 ? SLOWER : (sign < 0 ? FASTER : NEUTRAL);
+      el("line", { x1: x, x2: x, y1: m.t, y2: m.t + ph, stroke: col, "data-sign": sign,
+        "class": "change " + (sign > 0 ? "slower" : (sign < 0 ? "faster" : "")) }, plot);
+      if (compact) return;
+      if (vl[3]) el("text", { x: x + (m.l + pw - x < 60 ? -4 : 4), y: m.t + 11, fill: col, "class": "cpl",
+        "text-anchor": m.l + pw - x < 60 ? "end" : "start" }, plot).textContent = vl[3];
+      el("title", {}, el("rect", { x: x - 3, y: m.t, width: 6, height: ph, "class": "hit" }, plot)).textContent = vl[1];
     });
     var pts = [];
     spec.series.forEach(function (s, si) {
       var c = s.color || COLORS[si % COLORS.length];
       var P = s.points.filter(function (p) { return p[1] !== null && (!spec.ylog || p[1] > 0); });
-      if (s.band && P.length) {
-        var up = P.map(function (p) { return X(p[0]) + "," + Y(p[3] !== undefined && p[3] !== null ? p[3] : p[1]); });
-        var dn = P.slice().reverse().map(function (p) { return X(p[0]) + "," + Y(p[2] !== undefined && p[2] !== null ? p[2] : p[1]); });
-        el("polygon", { points: up.concat(dn).join(" "), fill: c, "class": "band" }, plot);
-      }
-      P.forEach(function (p) {
-        if (p[2] !== undefined && p[2] !== null && p[3] !== null && p[3] !== undefined && p[3] > p[2])
-          el("line", { x1: X(p[0]), x2: X(p[0]), y1: Y(p[2]), y2: Y(p[3]), stroke: c, "class": "err" }, plot);
-      });
+      var has = function (p) { return p[2] !== undefined && p[2] !== null && p[3] !== null && p[3] !== undefined; };
       if (s.line !== false && P.length > 1)
         el("polyline", { points: P.map(function (p) { return X(p[0]) + "," + Y(p[1]); }).join(" "), stroke: c,
-          "class": "line" }, plot);
+          "class": "line" + (s.band ? " thin" : "") }, plot);
+      P.forEach(function (p) {
+        if (!has(p)) return;
+        if (s.band) {  // the run's own band: a bar at its point, nothing drawn between runs
+          var w = compact ? 4 : 10, top = Y(p[3]), h = Math.max(1, Y(p[2]) - top);
+          el("rect", { x: X(p[0]) - w / 2, y: top, width: w, height: h, fill: c, stroke: c, "class": "bandbar",
+            "data-x": p[0] }, plot);
+        } else if (p[3] > p[2]) {
+          el("line", { x1: X(p[0]), x2: X(p[0]), y1: Y(p[2]), y2: Y(p[3]), stroke: c, "class": "err" }, plot);
+        }
+      });
       if (s.marker !== "none") P.forEach(function (p) {
         el("circle", { cx: X(p[0]), cy: Y(p[1]), r: compact ? 1.8 : 3.2, fill: s.marker === "hollow" ? "#fff" : c,
-          stroke: c, "class": "pt" }, plot);
+          stroke: c, "class": "pt", "data-x": p[0] }, plot);
       });
       P.forEach(function (p) { pts.push({ s: s, c: c, p: p }); });
     });
@@ -196,7 +233,7 @@
     this.hover();
   };
   Chart.prototype.hover = function () {
-    var self = this, spec = this.spec, ys = spec.yscale || 1;
+    var self = this, spec = this.spec, ys = this.unit.scale;
     this.svg.addEventListener("mousemove", function (ev) {
       var r = self.svg.getBoundingClientRect(), mx = ev.clientX - r.left, my = ev.clientY - r.top, best = null, bd = 400;
       self.pts.forEach(function (q) {
@@ -207,7 +244,7 @@
       if (!best) { t.style.display = "none"; return; }
       var p = best.p, xl = spec.xticks ? (spec.xticks.filter(function (k) { return k[0] === p[0]; })[0] || [0, fmt(p[0])])[1]
         : (spec.xlog ? fmtSize(p[0]) : fmt(p[0]));
-      var lines = ["<b>" + best.s.name + "</b>", (spec.xlabel || "x") + ": " + xl, (spec.ylabel || "y") + ": " + fmt(p[1] * ys)];
+      var lines = ["<b>" + best.s.name + "</b>", (spec.xlabel || "x") + ": " + xl, self.unit.label + ": " + fmt(p[1] * ys)];
       if (p[2] !== undefined && p[2] !== null && p[3] !== null && p[3] !== undefined)
         lines.push("band: " + fmt(p[2] * ys) + " to " + fmt(p[3] * ys));
       if (p[4]) lines.push(p[4]);
@@ -255,16 +292,19 @@
       i.appendChild(document.createTextNode(s.name));
       d.appendChild(i);
     });
-    if ((spec.vlines || []).length) {
+    [[1, SLOWER, "change point: slower"], [-1, FASTER, "change point: faster"]].forEach(function (k) {
+      if (!(spec.vlines || []).some(function (v) { return v[2] === k[0]; })) return;
       var i = document.createElement("span");
-      i.innerHTML = '<i class="chg"></i>change point';
+      i.innerHTML = '<i class="chg" style="border-color:' + k[1] + '"></i>';
+      i.appendChild(document.createTextNode(k[2]));
       d.appendChild(i);
-    }
+    });
     this.host.appendChild(d);
   };
 
-  function selftest() {
-    // #selftest: hover a point and zoom the first full chart as a person would, so that a headless
+  function selftest(d, nav) {
+    // #selftest: hover a point and zoom the first full chart as a person would, follow a "what
+    // changed" link to its row and click the last row scrolled into view, so that a headless
     // browser test sees the interaction work (it cannot move a mouse through --dump-dom).
     var c = stats.full.filter(function (k) { return k.pts && k.pts.length; })[0];
     if (!c) return "no chart with points";
@@ -288,6 +328,27 @@
       var left = Array.prototype.filter.call(rows, function (r) { return r.style.display !== "none"; }).length;
       out.push(left >= 1 && left <= rows.length ? "filter=ok" : "filter=FAILED");
       box.value = ""; box.dispatchEvent(new Event("input"));
+    }
+    if (nav) {
+      var panel = document.getElementById("detail-panel"), title = document.getElementById("detail-title");
+      var inView = function (row) {  // "ok", or where the panel and the row lie
+        var pr = panel.getBoundingClientRect(), rr = row.getBoundingClientRect(), h = window.innerHeight;
+        var same = title.textContent === d.charts[row.getAttribute("data-entry")].title;
+        return pr.top >= -1 && pr.bottom <= h + 1 && rr.top >= pr.bottom - 1 && rr.bottom <= h + 1 && same ? "ok" :
+          "FAILED(panel " + Math.round(pr.top) + ".." + Math.round(pr.bottom) + ", row " + Math.round(rr.top) + ".." +
+          Math.round(rr.bottom) + " of " + h + (same ? "" : ", another chart") + ")";
+      };
+      var link = document.querySelector('#what-changed a[href*="#"]');
+      if (link) {
+        window.scrollTo(0, 0);
+        var row = nav.go(link.getAttribute("href").split("#")[1]);
+        out.push("link=" + (row ? inView(row) : "FAILED(no row " + link.getAttribute("href") + ")"));
+      }
+      var all = document.querySelectorAll("tr[data-entry]"), last = all[all.length - 1];
+      last.scrollIntoView({ block: "end" });  // scrolled down to the last row, as a reader would
+      last.dispatchEvent(new MouseEvent("click", { bubbles: true }));
+      out.push("inview=" + inView(last));
+      window.scrollTo(0, 0);
     }
     return out.join(" ");
   }
@@ -327,29 +388,56 @@
       new Chart(host, spec, host.classList.contains("spark"));
       stats.charts++;
     });
-    var detail = document.getElementById("detail");
+    var detail = document.getElementById("detail"), nav = null;
     if (detail) {
-      var show = function (k) {
+      var panel = document.getElementById("detail-panel");
+      var show = function (k, scroll) {
         var spec = charts[k];
+        // the panel keeps its height while it is redrawn: emptied for a moment, it would shorten the
+        // page, and a window scrolled near the page's end would jump back up
+        detail.style.minHeight = detail.offsetHeight + "px";
         detail.innerHTML = "";
         document.getElementById("detail-title").textContent = spec.title;
         new Chart(detail, spec, false);
+        detail.style.minHeight = "";
         document.querySelectorAll("tr.sel").forEach(function (r) { r.classList.remove("sel"); });
         var row = document.querySelector('tr[data-entry="' + k + '"]');
         if (row) row.classList.add("sel");
+        // the panel sticks to the top of the window; where it cannot (a short window), a click brings it back
+        var pr = panel.getBoundingClientRect();
+        if (scroll && (pr.top < 0 || pr.bottom > window.innerHeight)) panel.scrollIntoView({ block: "start" });
+      };
+      nav = {
+        go: function (id) {  // a link to a row: its history in the panel, the row just below it
+          var row = document.getElementById(id);
+          if (!row || !row.hasAttribute("data-entry")) return null;
+          var box = document.getElementById("filter");
+          if (row.style.display === "none" && box) { box.value = ""; box.dispatchEvent(new Event("input")); }
+          show(Number(row.getAttribute("data-entry")), false);
+          row.scrollIntoView({ block: "start" });  // its scroll-margin keeps it below the panel
+          return row;
+        }
       };
       document.querySelectorAll("tr[data-entry]").forEach(function (row) {
-        row.addEventListener("click", function () { show(Number(row.getAttribute("data-entry"))); });
+        row.addEventListener("click", function () { show(Number(row.getAttribute("data-entry")), true); });
       });
-      show(d.first || 0);
+      window.addEventListener("hashchange", function () { nav.go(decodeURIComponent(location.hash.slice(1))); });
+      var hash = decodeURIComponent(location.hash.slice(1));
+      if (!(hash && hash !== "selftest" && nav.go(hash))) show(d.first || 0, false);
       stats.charts++;
+    }
+    var changed = document.getElementById("what-changed");
+    if (changed) {  // where the "what changed" block lies on the page (the browser test: on the first screen)
+      var cb = changed.getBoundingClientRect();
+      document.body.setAttribute("data-changed-box", Math.round(cb.top + window.scrollY) + "," +
+        Math.round(cb.bottom + window.scrollY));
     }
     document.body.setAttribute("data-charts", stats.charts);
     document.body.setAttribute("data-points", stats.points);
     document.body.setAttribute("data-label-issues", stats.labelIssues);
     if (stats.issues.length) document.body.setAttribute("data-label-issue-list", stats.issues.slice(0, 5).join(" | "));
     filterRows();
-    if (location.hash === "#selftest") document.body.setAttribute("data-selftest", selftest());
+    if (location.hash === "#selftest") document.body.setAttribute("data-selftest", selftest(d, nav));
     document.body.setAttribute("data-rendered", "ok");
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", render); else render();

@@ -90,14 +90,17 @@ def runs_from_fleet(url: str, keys: list[str] | None = None) -> list[Run]:
 
 
 def dedupe(runs: list[Run]) -> list[Run]:
-    """One copy of each run (the same file from the tree and from git)."""
-    seen: set[str] = set()
-    out = []
+    """One copy of each run (the same file from the tree and from git), under the label that says
+    most: the git one (FILE@COMMIT) where both are there."""
+    at: dict[str, int] = {}
+    out: list[Run] = []
     for label, run in runs:
         sig = json.dumps([run.get("datetime"), (run.get("commit_info") or {}).get("id"),
                           len(run.get("benchmarks", [])),
                           ((run.get("machine_info") or {}).get("numabench") or {}).get("hardware_key")])
-        if sig not in seen:
-            seen.add(sig)
+        if sig not in at:
+            at[sig] = len(out)
             out.append((label, run))
+        elif "@" in label and "@" not in out[at[sig]][0]:
+            out[at[sig]] = (label, out[at[sig]][1])
     return out

@@ -22,8 +22,9 @@ Every prediction says what it stands on: a ratio the run measured, one between t
 weighted ratios (interpolated), or one beyond them (extrapolated, by how many percentage points
 of the share on the faster node from the nearest measured ratio). The bound ends (bind:A,
 bind:B) anchor the model but are not weighted ratios: a 4:1 prediction from 1:1..1:4
-measurements is an extrapolation. The fastest choice includes the fast node alone where it was
-measured faster than every ratio of the grid; the room on the slower node is checked against
+measurements is an extrapolation. The fastest choice is the fast node alone unless the model puts
+a ratio of the grid faster than it by more than 0.5% (a ratio predicted at bind:fast's own time
+is not recommended at that time); the room on the slower node is checked against
 every measured ratio it crosses (a measured ratio beyond the budget caps it).
 """
 from __future__ import annotations
@@ -120,12 +121,15 @@ class Advice:
 
     @property
     def fastest(self) -> tuple[str, float, str]:
-        """(choice, seconds, what it stands on): the fast node alone where it was measured faster
-        than every ratio of the grid (beyond 0.5%), else the grid's best."""
+        """(choice, seconds, what it stands on): the grid's best ratio where the model puts it
+        faster than the fast node alone by more than 0.5%, else the fast node alone, as measured.
+        A ratio the model only predicts as fast as bind:fast (a link-bound phase's floor is
+        bind:fast's own time) is never the choice: nothing but the model, often an extrapolation,
+        would stand behind it."""
         best = self.best
-        if self.t_fast < best.predicted_s / 1.005:
-            return f"bind:{self.fast}", self.t_fast, "measured"
-        return f"weighted:{best.weights}", best.predicted_s, self.basis_text(best.share_fast)
+        if best.predicted_s < self.t_fast / 1.005:
+            return f"weighted:{best.weights}", best.predicted_s, self.basis_text(best.share_fast)
+        return f"bind:{self.fast}", self.t_fast, "measured"
 
     @property
     def room(self) -> tuple[float, str]:

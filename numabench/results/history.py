@@ -16,7 +16,7 @@ gives one History per key. Each run is one measurement, once: the versions of on
 that git holds (before and after a relabelling, a rename of the file) are one run, its
 newest version read; a merged baseline's entries that only carry invocations of earlier runs
 forward are marked ``carried`` and judged by no change point, and a pooled entry is judged by
-the invocations it adds. Entries renamed since (numabench.results.ids) keep one series.
+the invocations it adds (``new_invocations``). Entries renamed since (numabench.results.ids) keep one series.
 """
 from __future__ import annotations
 
@@ -175,30 +175,41 @@ def load_runs_from_index(url: str, key: str) -> list[SavedRun]:
     return runs
 
 
-def _point(k: int, bench: dict, seen: set) -> Point | None:
-    """The run's point from the invocations it adds to the series (``seen``: what earlier runs
-    held: each invocation by its source label and median, and each run's whole list of medians).
-    Labelled invocations are new when no earlier run held the same label and median; an entry
-    without labels is carried when its whole list of medians is an earlier run's. Only carried
-    invocations: the point of them all, marked carried."""
+def new_invocations(bench: dict, seen: set) -> list[int]:
+    """Which of the entry's invocations this run adds to its series, as indices (``seen``: what
+    earlier runs of the entry held; updated here). A merge labels each invocation with the run it
+    came from (``invocation_sources``) and copies its median: a labelled invocation is new when
+    no earlier run held the same label and median, nor the same median unlabelled (an entry
+    saved before merges labelled them, then carried into a merged one); an entry without labels
+    is carried when its whole list of medians is an earlier run's, else new."""
     meds = invocation_medians(bench)
-    if not meds:
-        return None
     labels = (bench.get("extra_info") or {}).get(INVOCATION_SOURCES)
     whole = ("whole", tuple(sorted(meds)))
     if isinstance(labels, list) and len(labels) == len(meds):
         pairs = [(str(lab), m) for lab, m in zip(labels, meds)]
-        new = [m for pair, m in zip(pairs, meds) if pair not in seen and whole not in seen]
+        new = [i for i, (pair, m) in enumerate(zip(pairs, meds))
+               if pair not in seen and (None, m) not in seen and whole not in seen]
         seen.update(pairs)
     else:
-        new = [] if whole in seen else meds
+        new = [] if whole in seen else list(range(len(meds)))
+        seen.update((None, m) for m in meds)
     seen.add(whole)
+    return new
+
+
+def _point(k: int, bench: dict, seen: set) -> Point | None:
+    """The run's point from the invocations it adds to the series (``new_invocations``). Only
+    carried invocations: the point of them all, marked carried."""
+    meds = invocation_medians(bench)
+    if not meds:
+        return None
+    new = [meds[i] for i in new_invocations(bench, seen)]
     if not new:
         return Point(k, statistics.median(meds), min(meds), max(meds), carried=True)
     return Point(k, statistics.median(new), min(new), max(new))
 
 
-def _beyond(p: Point, ref: Point, threshold_pct: float) -> int:
+def beyond(p: Point, ref: Point, threshold_pct: float) -> int:
     """+1 above ref's band by more than the threshold, -1 below, 0 within."""
     if p.value > ref.high * (1 + threshold_pct / 100):
         return 1
@@ -213,11 +224,11 @@ def change_points(points: list[Point], threshold_pct: float) -> list[Change]:
     measured = [p for p in points if not p.carried]
     out = []
     for i in range(1, len(measured)):
-        side = _beyond(measured[i], measured[i - 1], threshold_pct)
+        side = beyond(measured[i], measured[i - 1], threshold_pct)
         if side == 0:
             continue
         last = i + 1 == len(measured)
-        if not last and _beyond(measured[i + 1], measured[i - 1], threshold_pct) != side:
+        if not last and beyond(measured[i + 1], measured[i - 1], threshold_pct) != side:
             continue  # not confirmed by the next run
         out.append(Change(measured[i].run, measured[i - 1].value, measured[i].value, confirmed=not last))
     return out
