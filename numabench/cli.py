@@ -225,14 +225,45 @@ def _compare(ns: argparse.Namespace) -> int:
 
 
 def cmd_ab(ns: argparse.Namespace) -> int:
-    from numabench.results.ab import parse_env, render, run_ab
     from numabench.gate.rule import parse_threshold
+    from numabench.results.ab import parse_env, run_ab
+    from numabench.results.ab_formats import from_json, render_as, to_json
 
+    if ns.show is not None:  # a saved A/B run, rendered again: nothing measured
+        if ns.base is not None or ns.head is not None or ns.pytest_args:
+            raise UsageError(f"--show {ns.show}: renders a saved A/B run: allowed without BASE, HEAD and pytest "
+                             "arguments")
+        try:
+            res = from_json(json.loads(Path(ns.show).read_text()), ns.show)
+        except OSError as e:
+            raise UsageError(f"--show {ns.show}: {e.strerror}: allowed the JSON that numabench ab --json wrote") \
+                from None
+        except ValueError as e:  # not JSON, or not an A/B run
+            raise UsageError(f"--show {ns.show}: {e}: allowed the JSON that numabench ab --json wrote") from None
+        sys.stdout.write(render_as(res, ns.format))
+        return res.exit_code
+    if ns.base is None:
+        raise UsageError("ab needs BASE (a git revision) or --show FILE (a saved A/B run)")
+    coarsest = parse_threshold(ns.coarsest)
+    if coarsest <= 0:
+        raise UsageError(f"--coarsest {ns.coarsest}: allowed a percentage > 0, e.g. 10%")
+    json_path = Path(ns.json) if ns.json else None
+    if json_path is not None and not json_path.parent.is_dir():
+        raise UsageError(f"--json {ns.json}: {json_path.parent} is not a folder: allowed a file in an existing folder")
     res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
-                 threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence,
+                 threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence, coarsest_pct=coarsest,
                  base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True))
-    print(render(res))
+    try:
+        res.hardware_key = this_machine_key()
+    except (OSError, NumabenchError):
+        res.hardware_key = None
+    if json_path is not None:
+        try:
+            json_path.write_text(json.dumps(to_json(res), indent=2) + "\n")
+        except OSError as e:
+            raise UsageError(f"--json {ns.json}: {e.strerror}") from None
+    sys.stdout.write(render_as(res, ns.format))
     return res.exit_code
 
 
@@ -492,16 +523,26 @@ def build_parser() -> OneLineParser:
                                                          "(the rolling window that numabench learn keeps there)")
     p.set_defaults(func=cmd_fleet)
     p = sub.add_parser("ab", help="A/B two git revisions on this machine: alternating fresh invocations, a "
-                                  "bootstrap interval per entry; exit 1 where it lies beyond the threshold",
-                       usage="numabench ab BASE [HEAD] [options] [-- PYTEST_ARGS...]")
-    p.add_argument("base", help="base revision (any git revision)")
+                                  "t-interval per entry; exit 1 where it lies beyond the threshold",
+                       usage="numabench ab BASE [HEAD] [options] [-- PYTEST_ARGS...] | numabench ab --show FILE "
+                             "[--format F]")
+    p.add_argument("base", nargs="?", default=None, help="base revision (any git revision)")
     p.add_argument("head", nargs="?", default=None,
                    help="head revision (default: the working tree as it is, uncommitted changes included)")
     p.add_argument("--pairs", type=int, default=5, help="base/head invocation pairs, ABBA order (default 5)")
     p.add_argument("--threshold", default="1%", help="smallest ratio that counts (default 1%%)")
-    p.add_argument("--confidence", type=float, default=0.95, help="of the bootstrap interval (default 0.95)")
+    p.add_argument("--confidence", type=float, default=0.95, help="of the t-interval on log ratios (default 0.95)")
+    p.add_argument("--coarsest", default=DEFAULT_COARSEST,
+                   help="an entry whose resolution (the interval's relative half-width) is coarser than this is "
+                        f"unresolved, not same (default {DEFAULT_COARSEST.replace('%', '%%')})")
     p.add_argument("--base-env", action="append", metavar="NAME=VALUE", help="environment for base runs")
     p.add_argument("--head-env", action="append", metavar="NAME=VALUE", help="environment for head runs")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text (terminal), markdown (a CI job summary), github (GitHub Actions annotations: an "
+                        "error per slower entry), json (the A/B run as data)")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the A/B run as JSON here")
+    p.add_argument("--show", default=None, metavar="FILE",
+                   help="render a saved A/B run (what --json wrote) in --format; exit code as its verdicts")
     p.set_defaults(func=cmd_ab, pytest_args=None)
     p = sub.add_parser("plan", help="the time plan of a benchmark run without running it: entries, worker runs, "
                                     "estimated minutes per family; --list: the families",
