@@ -270,18 +270,44 @@ def cmd_ab(ns: argparse.Namespace) -> int:
 def cmd_plan(ns: argparse.Namespace) -> int:
     import subprocess
 
+    import tempfile
+    import time
+
     if ns.list or ns.markdown or ns.readme:
+        if ns.ab_pairs is not None:
+            raise UsageError("--ab-pairs goes with a plan of benchmarks, not with --list")
         return plan_list(ns)
+    pairs = None if ns.ab_pairs is None else parse_ab_pairs(ns.ab_pairs)
     args = ns.pytest_args or ["benchmarks"]
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-                         capture_output=True, text=True)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("numabench plan:")]
-    if out.returncode not in (0, 5) or not lines:
-        said = pytest_error_line(out.stdout + "\n" + out.stderr)  # a usage error: its one line
-        sys.stderr.write(f"{said}\n" if said else out.stdout[-3000:] + out.stderr[-3000:])
-        return out.returncode or 1
-    print("\n".join(lines))
+    with tempfile.TemporaryDirectory(prefix="numabench-plan-") as tmp:
+        figures = Path(tmp) / "plan.json"
+        env = {**os.environ, "NUMABENCH_PLAN_JSON": str(figures)} if pairs else None
+        started = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                              *args], capture_output=True, text=True, env=env)
+        session_s = time.monotonic() - started  # pytest's start and collection, as every invocation pays it
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("numabench plan:")]
+        if out.returncode not in (0, 5) or not lines:
+            said = pytest_error_line(out.stdout + "\n" + out.stderr)  # a usage error: its one line
+            sys.stderr.write(f"{said}\n" if said else out.stdout[-3000:] + out.stderr[-3000:])
+            return out.returncode or 1
+        print("\n".join(lines))
+        if pairs:
+            from numabench.results.ab_plan import ab_estimate, build_kernels
+
+            print(ab_estimate(json.loads(figures.read_text()), pairs, session_s, build_kernels()).summary())
     return 0
+
+
+def parse_ab_pairs(text: str) -> int:
+    """--ab-pairs: an integer >= 2 (an interval needs two pairs)."""
+    try:
+        pairs = int(text)
+    except ValueError:
+        pairs = 0
+    if pairs < 2:
+        raise UsageError(f"--ab-pairs {text}: allowed an integer >= 2 (pairs of invocations of numabench ab)")
+    return pairs
 
 
 def plan_list(ns: argparse.Namespace) -> int:
@@ -553,6 +579,8 @@ def build_parser() -> OneLineParser:
                                    "numabench's options (pytest benchmarks --help lists them). With --list: the "
                                    "families instead, what one round of each measures and what it needs.")
     p.add_argument("--list", action="store_true", help="list the families (each Family's description and needs)")
+    p.add_argument("--ab-pairs", default=None, metavar="N",
+                   help="also estimate numabench ab of this selection with N pairs: two builds and 2N invocations")
     p.add_argument("--markdown", action="store_true", help="with --list: the README's family table (Markdown)")
     p.add_argument("--readme", default=None, metavar="FILE",
                    help="with --list: rewrite the family table of FILE (README.md) from the families")
@@ -565,6 +593,18 @@ def build_parser() -> OneLineParser:
 PLAN_OWN_OPTIONS = ("--list", "--markdown", "--readme")  # numabench plan's own: anything else goes to pytest
 
 
+def take_ab_pairs(argv: list[str]) -> tuple[list[str], str | None]:
+    """``plan``'s ``--ab-pairs N`` / ``--ab-pairs=N`` out of its arguments (the rest go to pytest)."""
+    for i, a in enumerate(argv):
+        if a == "--ab-pairs":
+            if i + 1 >= len(argv):
+                raise UsageError("--ab-pairs needs a value: allowed an integer >= 2")
+            return argv[:i] + argv[i + 2:], argv[i + 1]
+        if a.startswith("--ab-pairs="):
+            return argv[:i] + argv[i + 1:], a.split("=", 1)[1]
+    return argv, None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # A caller that ignores SIGINT (nohup, a background job) would leave `ab`, `plan` and
     # the bandwidth tools deaf to Ctrl-C, with their children and worktrees.
@@ -575,12 +615,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "ab" and "--" in argv:  # what follows -- selects the benchmarks
         cut = argv.index("--")
         argv, pytest_args = argv[:cut], argv[cut + 1:]
-    elif (argv and argv[0] == "plan" and not {"-h", "--help"} & set(argv[1:2])
-          and not any(a.split("=", 1)[0] in PLAN_OWN_OPTIONS for a in argv[1:])):
+    ab_pairs = None
+    if argv and argv[0] == "plan":  # --ab-pairs N is plan's own wherever it stands
+        try:
+            argv, ab_pairs = take_ab_pairs(argv)
+        except UsageError as e:
+            parser.error(str(e))
+    if (argv and argv[0] == "plan" and not {"-h", "--help"} & set(argv[1:2])
+            and not any(a.split("=", 1)[0] in PLAN_OWN_OPTIONS for a in argv[1:])):
         argv, pytest_args = argv[:1], argv[1:]  # everything after plan goes to pytest
     ns = parser.parse_args(argv)
     if pytest_args is not None:
         ns.pytest_args = pytest_args
+    if ab_pairs is not None:
+        ns.ab_pairs = ab_pairs
     try:
         return ns.func(ns)
     except NumabenchError as e:

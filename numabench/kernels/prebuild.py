@@ -47,6 +47,11 @@ def cuda_buildable() -> bool:
 
 
 KERNELS = tuple(_BUILDERS)
+
+
+def default_kernels() -> list[str]:
+    """What ``numabench build`` without names builds: every kernel this machine can build."""
+    return ["stream", "cpu_adam"] + (["cuda_adam"] if cuda_buildable() else [])
 PR_SET_PDEATHSIG = 1
 # The builder's first statement: SIGTERM (its parent died, or it is told to stop) kills its group.
 _KILL_GROUP_ON_TERM = ("import os, signal; "
@@ -101,7 +106,7 @@ def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
             raise UsageError(f"unknown kernel(s) {', '.join(unknown)}: allowed {', '.join(KERNELS)}")
         names = list(only)
     else:
-        names = ["stream", "cpu_adam"] + (["cuda_adam"] if cuda_buildable() else [])
+        names = default_kernels()
     # kernels found unbuilt: a successful build compiled them, and its time is kept for time plans
     compiles = {n for n in names if n in built.MODULES and not built.is_built(n)}
     started = {}
