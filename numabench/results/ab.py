@@ -96,7 +96,9 @@ def geometric_mean(values: Sequence[float]) -> float:
 
 def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: int = BOOTSTRAP_RESAMPLES,
                        seed: int = 1) -> tuple[float, float]:
-    """Percentile bootstrap interval of the geometric mean of ``ratios`` (resampling the pairs)."""
+    """Percentile bootstrap interval of the geometric mean of ``ratios`` (resampling the pairs).
+    Not the verdict's interval: with few pairs it is too narrow (ab_verdict's t-interval is
+    used; tests/test_ab_gate.py compares the two)."""
     if not ratios:
         raise ValueError("no ratios")
     rng = random.Random(seed)
