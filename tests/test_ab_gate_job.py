@@ -38,11 +38,21 @@ def test_the_workflow_runs_ab_on_pull_requests_and_the_gate_elsewhere():
     assert re.search(r"^    ab\)", script, re.M)
 
 
-def gate_job(tmp_path: Path, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
+def gate_job(tmp_path: Path, *args: str, step: str = "ab", **extra_env: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NUMABENCH_TIER": "smoke", "NUMABENCH_RESULTS": str(tmp_path / "results"),
            "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"), **extra_env}
-    return subprocess.run(["bash", str(ROOT / ".ci" / "gate-job"), "ab", *args], cwd=ROOT, env=env,
+    return subprocess.run(["bash", str(ROOT / ".ci" / "gate-job"), step, *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
+
+
+def test_the_plan_step_estimates_the_ab_run_where_pairs_are_set(tmp_path):
+    out = gate_job(tmp_path, *SELECTION, step="plan", NUMABENCH_AB_PAIRS="2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-2].startswith("numabench plan: 1 entries") and "(smoke tier)" in lines[-2]
+    assert lines[-1].startswith("numabench plan (A/B, 2 pairs): ~") and "4 invocations" in lines[-1]
+    plain = gate_job(tmp_path, *SELECTION, step="plan")
+    assert plain.returncode == 0 and "A/B" not in plain.stdout, plain.stdout + plain.stderr
 
 
 def worktrees() -> set[str]:
@@ -61,6 +71,9 @@ def test_bad_input_ends_at_once_and_leaves_no_stale_verdict(tmp_path):
     assert out.returncode == 2 and "no-such-revision-38" in out.stdout, out.stdout + out.stderr
 
 
+# serial: alone, so that no other test's git worktrees come and go beside its own (and two cores
+# are not shared with it); it asserts no verdict on these timings
+@pytest.mark.serial
 @pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs a git checkout")
 def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     before = worktrees()

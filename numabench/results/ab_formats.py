@@ -56,7 +56,7 @@ def headline(res: ABResult) -> str:
 
 def rule_line(res: ABResult) -> str:
     return (f"{res.pairs} pairs of invocations in ABBA order; ratio head/base: geometric mean of the pair ratios, "
-            f"{res.confidence:.0%} interval {INTERVAL}; slower/faster only when the whole interval lies beyond "
+            f"{res.confidence:.0%} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
             f"{res.threshold_pct:g}%; unresolved where the interval's relative half-width (the resolution) is "
             f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured")
 
