@@ -269,7 +269,6 @@ def cmd_ab(ns: argparse.Namespace) -> int:
 
 def cmd_plan(ns: argparse.Namespace) -> int:
     import subprocess
-
     import tempfile
     import time
 
