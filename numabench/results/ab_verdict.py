@@ -13,8 +13,8 @@ resampled means, all inside the range of the 3 ratios, so it covers the true rat
 often than it claims (tests/test_ab_gate.py measures both on synthetic pairs).
 
 The resolution of an entry is the interval's relative half-width, ``exp(t * sd / sqrt(n)) - 1``
-in percent: a true change of that size or larger lies wholly on one side of 1 (in log
-terms). Its verdict:
+in percent: a ratio at least that far from 1 (in log terms) puts the whole interval on one
+side of 1. Its verdict:
 
 - ``slower`` where the whole interval lies above ``1 + threshold``; ``faster`` where it lies
   below ``1 / (1 + threshold)``. Width does not matter here: such an interval says what it says.
