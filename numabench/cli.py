@@ -258,32 +258,88 @@ def _compare(ns: argparse.Namespace) -> int:
 
 
 def cmd_ab(ns: argparse.Namespace) -> int:
-    from numabench.results.ab import parse_env, render, run_ab
     from numabench.gate.rule import parse_threshold
+    from numabench.results.ab import parse_env, run_ab
+    from numabench.results.ab_formats import from_json, render_as, to_json
 
+    if ns.show is not None:  # a saved A/B run, rendered again: nothing measured
+        if ns.base is not None or ns.head is not None or ns.pytest_args:
+            raise UsageError(f"--show {ns.show}: renders a saved A/B run: allowed without BASE, HEAD and pytest "
+                             "arguments")
+        try:
+            res = from_json(json.loads(Path(ns.show).read_text()), ns.show)
+        except OSError as e:
+            raise UsageError(f"--show {ns.show}: {e.strerror}: allowed the JSON that numabench ab --json wrote") \
+                from None
+        except ValueError as e:  # not JSON, or not an A/B run
+            raise UsageError(f"--show {ns.show}: {e}: allowed the JSON that numabench ab --json wrote") from None
+        sys.stdout.write(render_as(res, ns.format))
+        return res.exit_code
+    if ns.base is None:
+        raise UsageError("ab needs BASE (a git revision) or --show FILE (a saved A/B run)")
+    coarsest = parse_threshold(ns.coarsest)
+    if coarsest <= 0:
+        raise UsageError(f"--coarsest {ns.coarsest}: allowed a percentage > 0, e.g. 10%")
+    json_path = Path(ns.json) if ns.json else None
+    if json_path is not None and not json_path.parent.is_dir():
+        raise UsageError(f"--json {ns.json}: {json_path.parent} is not a folder: allowed a file in an existing folder")
     res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
-                 threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence,
+                 threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence, coarsest_pct=coarsest,
                  base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True))
-    print(render(res))
+    try:
+        res.hardware_key = this_machine_key()
+    except (OSError, NumabenchError):
+        res.hardware_key = None
+    if json_path is not None:
+        try:
+            json_path.write_text(json.dumps(to_json(res), indent=2) + "\n")
+        except OSError as e:
+            raise UsageError(f"--json {ns.json}: {e.strerror}") from None
+    sys.stdout.write(render_as(res, ns.format))
     return res.exit_code
 
 
 def cmd_plan(ns: argparse.Namespace) -> int:
     import subprocess
+    import tempfile
+    import time
 
     if ns.list or ns.markdown or ns.readme:
+        if ns.ab_pairs is not None:
+            raise UsageError("--ab-pairs goes with a plan of benchmarks, not with --list")
         return plan_list(ns)
+    pairs = None if ns.ab_pairs is None else parse_ab_pairs(ns.ab_pairs)
     args = ns.pytest_args or ["benchmarks"]
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-                         capture_output=True, text=True)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("numabench plan:")]
-    if out.returncode not in (0, 5) or not lines:
-        said = pytest_error_line(out.stdout + "\n" + out.stderr)  # a usage error: its one line
-        sys.stderr.write(f"{said}\n" if said else out.stdout[-3000:] + out.stderr[-3000:])
-        return out.returncode or 1
-    print("\n".join(lines))
+    with tempfile.TemporaryDirectory(prefix="numabench-plan-") as tmp:
+        figures = Path(tmp) / "plan.json"
+        env = {**os.environ, "NUMABENCH_PLAN_JSON": str(figures)} if pairs else None
+        started = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                              *args], capture_output=True, text=True, env=env)
+        session_s = time.monotonic() - started  # pytest's start and collection, as every invocation pays it
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("numabench plan:")]
+        if out.returncode not in (0, 5) or not lines:
+            said = pytest_error_line(out.stdout + "\n" + out.stderr)  # a usage error: its one line
+            sys.stderr.write(f"{said}\n" if said else out.stdout[-3000:] + out.stderr[-3000:])
+            return out.returncode or 1
+        print("\n".join(lines))
+        if pairs:
+            from numabench.results.ab_plan import ab_estimate, build_kernels
+
+            print(ab_estimate(json.loads(figures.read_text()), pairs, session_s, build_kernels()).summary())
     return 0
+
+
+def parse_ab_pairs(text: str) -> int:
+    """--ab-pairs: an integer >= 2 (an interval needs two pairs)."""
+    try:
+        pairs = int(text)
+    except ValueError:
+        pairs = 0
+    if pairs < 2:
+        raise UsageError(f"--ab-pairs {text}: allowed an integer >= 2 (pairs of invocations of numabench ab)")
+    return pairs
 
 
 def plan_list(ns: argparse.Namespace) -> int:
@@ -527,16 +583,26 @@ def build_parser() -> OneLineParser:
                                                          "(the rolling window that numabench learn keeps there)")
     p.set_defaults(func=cmd_fleet)
     p = sub.add_parser("ab", help="A/B two git revisions on this machine: alternating fresh invocations, a "
-                                  "bootstrap interval per entry; exit 1 where it lies beyond the threshold",
-                       usage="numabench ab BASE [HEAD] [options] [-- PYTEST_ARGS...]")
-    p.add_argument("base", help="base revision (any git revision)")
+                                  "t-interval per entry; exit 1 where it lies beyond the threshold",
+                       usage="numabench ab BASE [HEAD] [options] [-- PYTEST_ARGS...] | numabench ab --show FILE "
+                             "[--format F]")
+    p.add_argument("base", nargs="?", default=None, help="base revision (any git revision)")
     p.add_argument("head", nargs="?", default=None,
                    help="head revision (default: the working tree as it is, uncommitted changes included)")
     p.add_argument("--pairs", type=int, default=5, help="base/head invocation pairs, ABBA order (default 5)")
     p.add_argument("--threshold", default="1%", help="smallest ratio that counts (default 1%%)")
-    p.add_argument("--confidence", type=float, default=0.95, help="of the bootstrap interval (default 0.95)")
+    p.add_argument("--confidence", type=float, default=0.95, help="of the t-interval on log ratios (default 0.95)")
+    p.add_argument("--coarsest", default=DEFAULT_COARSEST,
+                   help="an entry whose resolution (the interval's relative half-width) is coarser than this is "
+                        f"unresolved, not same (default {DEFAULT_COARSEST.replace('%', '%%')})")
     p.add_argument("--base-env", action="append", metavar="NAME=VALUE", help="environment for base runs")
     p.add_argument("--head-env", action="append", metavar="NAME=VALUE", help="environment for head runs")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text (terminal), markdown (a CI job summary), github (GitHub Actions annotations: an "
+                        "error per slower entry), json (the A/B run as data)")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the A/B run as JSON here")
+    p.add_argument("--show", default=None, metavar="FILE",
+                   help="render a saved A/B run (what --json wrote) in --format; exit code as its verdicts")
     p.set_defaults(func=cmd_ab, pytest_args=None)
     p = sub.add_parser("plan", help="the time plan of a benchmark run without running it: entries, worker runs, "
                                     "estimated minutes per family; --list: the families",
@@ -547,6 +613,8 @@ def build_parser() -> OneLineParser:
                                    "numabench's options (pytest benchmarks --help lists them). With --list: the "
                                    "families instead, what one round of each measures and what it needs.")
     p.add_argument("--list", action="store_true", help="list the families (each Family's description and needs)")
+    p.add_argument("--ab-pairs", default=None, metavar="N",
+                   help="also estimate numabench ab of this selection with N pairs: two builds and 2N invocations")
     p.add_argument("--markdown", action="store_true", help="with --list: the README's family table (Markdown)")
     p.add_argument("--readme", default=None, metavar="FILE",
                    help="with --list: rewrite the family table of FILE (README.md) from the families")
@@ -559,6 +627,18 @@ def build_parser() -> OneLineParser:
 PLAN_OWN_OPTIONS = ("--list", "--markdown", "--readme")  # numabench plan's own: anything else goes to pytest
 
 
+def take_ab_pairs(argv: list[str]) -> tuple[list[str], str | None]:
+    """``plan``'s ``--ab-pairs N`` / ``--ab-pairs=N`` out of its arguments (the rest go to pytest)."""
+    for i, a in enumerate(argv):
+        if a == "--ab-pairs":
+            if i + 1 >= len(argv):
+                raise UsageError("--ab-pairs needs a value: allowed an integer >= 2")
+            return argv[:i] + argv[i + 2:], argv[i + 1]
+        if a.startswith("--ab-pairs="):
+            return argv[:i] + argv[i + 1:], a.split("=", 1)[1]
+    return argv, None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # A caller that ignores SIGINT (nohup, a background job) would leave `ab`, `plan` and
     # the bandwidth tools deaf to Ctrl-C, with their children and worktrees.
@@ -569,12 +649,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "ab" and "--" in argv:  # what follows -- selects the benchmarks
         cut = argv.index("--")
         argv, pytest_args = argv[:cut], argv[cut + 1:]
-    elif (argv and argv[0] == "plan" and not {"-h", "--help"} & set(argv[1:2])
-          and not any(a.split("=", 1)[0] in PLAN_OWN_OPTIONS for a in argv[1:])):
+    ab_pairs = None
+    if argv and argv[0] == "plan":  # --ab-pairs N is plan's own wherever it stands
+        try:
+            argv, ab_pairs = take_ab_pairs(argv)
+        except UsageError as e:
+            parser.error(str(e))
+    if (argv and argv[0] == "plan" and not {"-h", "--help"} & set(argv[1:2])
+            and not any(a.split("=", 1)[0] in PLAN_OWN_OPTIONS for a in argv[1:])):
         argv, pytest_args = argv[:1], argv[1:]  # everything after plan goes to pytest
     ns = parser.parse_args(argv)
     if pytest_args is not None:
         ns.pytest_args = pytest_args
+    if ab_pairs is not None:
+        ns.ab_pairs = ab_pairs
     stdout = sys.stdout
     sys.stdout = GuardedStdout(stdout)
     try:

@@ -81,6 +81,13 @@ class Plan:
     runs: list[RunPlan] = field(default_factory=list)
     baseline: str | None = None
     builds: list[KernelBuild] = field(default_factory=list)  # kernels not built yet, compiled first
+    kernels: list[str] = field(default_factory=list)  # every kernel the selected cases need
+
+    def to_dict(self) -> dict:
+        """The figures an A/B estimate (numabench.results.ab_plan) builds on."""
+        return {"seconds": self.seconds, "entries": sum(r.entries for r in self.runs), "runs": len(self.runs),
+                "builds": [{"kernel": b.kernel, "seconds": b.seconds, "source": b.source} for b in self.builds],
+                "kernels": list(self.kernels), "baseline": self.baseline}
 
     @property
     def seconds(self) -> float:
@@ -217,4 +224,5 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
                 plan.builds.append(build)
                 build_s += build.seconds
         plan.runs.append(RunPlan(key, fam.key, entries, seconds + build_s, source, build_s))
+    plan.kernels = sorted(checked)
     return plan

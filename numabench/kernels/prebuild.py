@@ -50,6 +50,13 @@ def cuda_buildable() -> bool:
 
 
 KERNELS = tuple(_BUILDERS)
+
+
+def default_kernels() -> list[str]:
+    """What ``numabench build`` without names builds: every kernel this machine can build."""
+    return ["stream", "cpu_adam"] + (["cuda_adam"] if cuda_buildable() else [])
+
+
 # The builder's first statement: SIGTERM (its parent died, or it is told to stop) ends its tree.
 _END_TREE_ON_TERM = "from numabench.kernels.builder_tree import end_tree_on_term; end_tree_on_term(); "
 STOP_GRACE_S = 10.0  # a builder's time to end its tree after SIGTERM (it may be inside a C call)
@@ -106,7 +113,7 @@ def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
             raise UsageError(f"unknown kernel(s) {', '.join(unknown)}: allowed {', '.join(KERNELS)}")
         names = list(only)
     else:
-        names = ["stream", "cpu_adam"] + (["cuda_adam"] if cuda_buildable() else [])
+        names = default_kernels()
     # kernels found unbuilt: a successful build compiled them, and its time is kept for time plans
     compiles = {n for n in names if n in built.MODULES and not built.is_built(n)}
     started = {}

@@ -9,14 +9,17 @@ ABBA order (base, head, head, base, ...) so that a drift of the machine hits
 both alike. Every invocation has fresh worker processes and fresh buffers.
 
 Per entry, each pair of neighbouring invocations gives a ratio head/base of
-their medians; the estimate is the geometric mean of the pair ratios and its
-confidence interval a percentile bootstrap over the pairs (pairs, not
-rounds, are the independent samples). An entry is ``slower`` only when the
-whole interval lies above 1 + threshold (``faster``: below 1 / (1 +
-threshold)); exit 1 on any ``slower``.
+their medians; the estimate is the geometric mean of the pair ratios, its
+confidence interval Student's t on the log ratios (pairs, not rounds, are the
+independent samples) and its resolution the interval's relative half-width
+(numabench.results.ab_verdict). An entry is ``slower`` only when the whole
+interval lies above 1 + threshold (``faster``: below 1 / (1 + threshold)),
+``unresolved`` where its resolution is coarser than ``coarsest``; exit 1 on
+any ``slower``.
 
 Library code does not print: :func:`run_ab` returns an :class:`ABResult`
-(``progress`` receives one line per invocation); :func:`render` makes its text.
+(``progress`` receives one line per invocation); numabench.results.ab_formats
+renders it (text, Markdown, GitHub annotations, JSON).
 """
 from __future__ import annotations
 
@@ -25,7 +28,6 @@ import math
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,9 +37,10 @@ from typing import Callable, Iterator, Sequence
 
 from numabench.errors import UsageError
 from numabench.results import storage
-from numabench.gate.rule import FASTER, SAME, SLOWER
-from numabench.gate.table import format_table
+from numabench.gate.rule import SLOWER
+from numabench.gate.band import DEFAULT_COARSEST_PCT
 from numabench.gate.invocations import invocation_medians
+from numabench.results import ab_verdict
 
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
 BOOTSTRAP_RESAMPLES = 4000
@@ -61,6 +64,8 @@ class ABRow:
     low: float
     high: float
     verdict: str
+    resolution_pct: float | None = None  # the interval's relative half-width (ab_verdict)
+    fullname: str = ""
 
 
 @dataclass
@@ -72,6 +77,9 @@ class ABResult:
     confidence: float
     rows: list[ABRow] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # entries one side did not measure in every invocation
+    coarsest_pct: float = DEFAULT_COARSEST_PCT
+    selection: list[str] = field(default_factory=list)  # the pytest arguments of every invocation
+    hardware_key: str | None = None
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -88,7 +96,9 @@ def geometric_mean(values: Sequence[float]) -> float:
 
 def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: int = BOOTSTRAP_RESAMPLES,
                        seed: int = 1) -> tuple[float, float]:
-    """Percentile bootstrap interval of the geometric mean of ``ratios`` (resampling the pairs)."""
+    """Percentile bootstrap interval of the geometric mean of ``ratios`` (resampling the pairs).
+    Not the verdict's interval: with few pairs it is too narrow (ab_verdict's t-interval is
+    used; tests/test_ab_gate.py compares the two)."""
     if not ratios:
         raise ValueError("no ratios")
     rng = random.Random(seed)
@@ -102,12 +112,10 @@ def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: in
 
 
 def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float,
-                confidence: float) -> ABRow:
-    ratios = [h / b for b, h in zip(base_s, head_s)]
-    low, high = bootstrap_interval(ratios, confidence)
-    t = 1 + threshold_pct / 100
-    verdict = SLOWER if low > t else FASTER if high < 1 / t else SAME
-    return ABRow(name, list(base_s), list(head_s), geometric_mean(ratios), low, high, verdict)
+                confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT, fullname: str = "") -> ABRow:
+    j = ab_verdict.judge(base_s, head_s, threshold_pct, confidence, coarsest_pct)
+    return ABRow(name, list(base_s), list(head_s), j.ratio, j.low, j.high, j.verdict, j.resolution_pct,
+                 fullname or name)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -193,7 +201,7 @@ def parse_env(items: Sequence[str] | None, option: str) -> dict[str, str]:
 
 
 def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: int = 5, threshold_pct: float = 1.0,
-           confidence: float = 0.95, base_env: dict[str, str] | None = None,
+           confidence: float = 0.95, coarsest_pct: float = DEFAULT_COARSEST_PCT, base_env: dict[str, str] | None = None,
            head_env: dict[str, str] | None = None, cwd: Path | None = None,
            progress: Callable[[str], None] = lambda line: None) -> ABResult:
     if pairs < 2:
@@ -217,7 +225,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                     medians = invoke(side, pytest_args, tmp / f"{label}-{i}.json")
                     measured[label].append(medians)
                     progress(f"pair {i + 1}/{pairs}: {label} ({side.label}) {len(medians)} entries")
-        res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence)
+        res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence,
+                       coarsest_pct=coarsest_pct, selection=list(pytest_args))
         names = sorted(set().union(*measured["base"], *measured["head"]))
         for name in names:
             b = [m.get(name) for m in measured["base"]]
@@ -225,31 +234,14 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             if any(v is None for v in b + h):
                 res.missing.append(name)
                 continue
-            res.rows.append(judge_pairs(name.split("::")[-1], b, h, threshold_pct, confidence))
+            res.rows.append(judge_pairs(name.split("::")[-1], b, h, threshold_pct, confidence, coarsest_pct, name))
         return res
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def render(res: ABResult) -> str:
-    def side(s: Side) -> str:
-        return f"{s.label}" + (f" ({s.commit[:12]})" if s.commit else "") + \
-            (f" with {' '.join(f'{k}={v}' for k, v in s.env.items())}" if s.env else "")
+    """The verdict table as text (numabench.results.ab_formats has every format)."""
+    from numabench.results.ab_formats import render_text
 
-    lines = [f"base: {side(res.base)}", f"head: {side(res.head)}",
-             f"{res.pairs} pairs of invocations in ABBA order; ratio head/base: geometric mean of the pair ratios, "
-             f"{res.confidence:.0%} bootstrap interval over pairs; slower/faster only when the whole interval lies "
-             f"beyond {res.threshold_pct:g}%", ""]
-    body = [(r.name, f"{statistics.median(r.base_s) * 1e3:.4g}", f"{statistics.median(r.head_s) * 1e3:.4g}",
-             f"{r.ratio:.4f}",
-             f"{r.low:.4f}-{r.high:.4f}", r.verdict) for r in res.rows]
-    lines += format_table(("benchmark", "base ms", "head ms", "ratio", "interval", "verdict"), body)
-    lines.append("")
-    counts = {v: sum(r.verdict == v for r in res.rows) for v in (SLOWER, FASTER, SAME)}
-    lines.append(f"{len(res.rows)} entries: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
-    if res.missing:
-        lines.append(f"{len(res.missing)} entries not measured in every invocation of both sides (not judged)")
-    if res.regressions:
-        lines.append(f"REGRESSION: {len(res.regressions)} entries slower by more than {res.threshold_pct:g}% "
-                     f"with {res.confidence:.0%} confidence")
-    return "\n".join(lines)
+    return render_text(res)

@@ -1,0 +1,200 @@
+"""An A/B run (numabench.results.ab.ABResult) as text (the terminal), Markdown (a CI job
+summary), GitHub Actions annotations and JSON (a machine-readable A/B run that
+``from_json`` reads back, for ``numabench ab --show`` and the results site).
+
+Every format leads with what changed: the counts first, then the entries sorted by ratio
+head/base, slowest first, each with its interval and resolution. Library code: each function
+returns text or data, none prints.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from typing import Any
+
+from numabench.gate.rule import FASTER, SAME, SLOWER
+from numabench.gate.table import _escape_data, _escape_property, format_table
+from numabench.results.ab import ABResult, ABRow, Side
+from numabench.results.ab_verdict import INTERVAL, UNRESOLVED
+
+FORMATS = ("text", "markdown", "github", "json")
+SCHEMA = "numabench-ab/1"  # the JSON's "schema": docs/GATE.md describes it
+COUNT_ORDER = (SLOWER, FASTER, SAME, UNRESOLVED)
+HEADER = ("benchmark", "ratio", "interval", "resolution %", "verdict", "base ms", "head ms")
+MARKDOWN_NAMED = 8  # unresolved entries named in a warning line
+
+
+def sorted_rows(res: ABResult) -> list[ABRow]:
+    """Slowest first (ratio head/base descending), then by name."""
+    return sorted(res.rows, key=lambda r: (-r.ratio, r.name))
+
+
+def counts(res: ABResult) -> dict[str, int]:
+    return {v: sum(r.verdict == v for r in res.rows) for v in COUNT_ORDER}
+
+
+def _side(s: Side) -> str:
+    return (s.label + (f" ({s.commit[:12]})" if s.commit else "")
+            + (f" with {' '.join(f'{k}={v}' for k, v in s.env.items())}" if s.env else ""))
+
+
+def _res(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def cells(r: ABRow) -> tuple[str, ...]:
+    return (r.name, f"{r.ratio:.4f}", f"{r.low:.4f}-{r.high:.4f}", _res(r.resolution_pct), r.verdict,
+            f"{statistics.median(r.base_s) * 1e3:.4g}", f"{statistics.median(r.head_s) * 1e3:.4g}")
+
+
+def headline(res: ABResult) -> str:
+    c = counts(res)
+    status = (f"REGRESSION: {c[SLOWER]} of {len(res.rows)} entries slower" if c[SLOWER]
+              else f"no regression in {len(res.rows)} entries")
+    return f"numabench A/B: {status} ({', '.join(f'{n} {v}' for v, n in c.items())}); exit {res.exit_code}"
+
+
+def rule_line(res: ABResult) -> str:
+    return (f"{res.pairs} pairs of invocations in ABBA order; ratio head/base: geometric mean of the pair ratios, "
+            f"{res.confidence:.0%} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
+            f"{res.threshold_pct:g}%; unresolved where the interval's relative half-width (the resolution) is "
+            f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured")
+
+
+def summary_lines(res: ABResult) -> list[str]:
+    c = counts(res)
+    lines = [f"{len(res.rows)} entries: " + ", ".join(f"{n} {v}" for v, n in c.items())]
+    resolved = sorted(r.resolution_pct for r in res.rows if r.resolution_pct is not None)
+    if resolved:
+        lines.append(f"resolution: {resolved[0]:.2f}% to {resolved[-1]:.2f}% (median "
+                     f"{statistics.median(resolved):.2f}%); an entry is judged slower from a ratio of about "
+                     f"(1 + threshold) x (1 + resolution)")
+    if c[UNRESOLVED]:
+        lines.append(f"WARNING: {c[UNRESOLVED]} entries unresolved (resolution coarser than {res.coarsest_pct:g}%): "
+                     "NOT JUDGED; more pairs narrow their intervals")
+    if res.missing:
+        lines.append(f"{len(res.missing)} entries not measured in every invocation of both sides (not judged)")
+    if c[SLOWER]:
+        lines.append(f"REGRESSION: {c[SLOWER]} entries slower by more than {res.threshold_pct:g}% "
+                     f"with {res.confidence:.0%} confidence")
+    return lines
+
+
+def render_text(res: ABResult) -> str:
+    lines = [headline(res), f"base: {_side(res.base)}", f"head: {_side(res.head)}"]
+    if res.hardware_key:
+        lines.append(f"machine: {res.hardware_key}")
+    lines += [rule_line(res), ""]
+    lines += format_table(HEADER, [cells(r) for r in sorted_rows(res)])
+    lines.append("")
+    lines += summary_lines(res)
+    return "\n".join(lines)
+
+
+def _md_table(rows: list[ABRow]) -> list[str]:
+    out = ["| " + " | ".join(HEADER) + " |", "|---|" + "---:|" * 3 + "---|" + "---:|" * 2]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(r)) + " |" for r in rows]
+    return out
+
+
+def render_markdown(res: ABResult) -> str:
+    """A job summary: the verdict, the entries that changed or are unresolved (slowest first),
+    every entry in a collapsed table, the summary lines."""
+    c = counts(res)
+    status = f"**{c[SLOWER]} slower**" if c[SLOWER] else "**no regression**"
+    out = [f"### numabench A/B: {status} ({len(res.rows)} entries)", "",
+           f"base `{_side(res.base)}`, head `{_side(res.head)}`"
+           + (f" on `{res.hardware_key}`" if res.hardware_key else "") + f"; {rule_line(res)}.", ""]
+    unresolved = [r for r in sorted_rows(res) if r.verdict == UNRESOLVED]
+    if unresolved:
+        out += [f"> [!WARNING]\n> {len(unresolved)} entries unresolved, NOT JUDGED (resolution coarser than "
+                f"{res.coarsest_pct:g}%): "
+                + ", ".join(f"`{r.name}` {_res(r.resolution_pct)}%" for r in unresolved[:MARKDOWN_NAMED])
+                + (", ..." if len(unresolved) > MARKDOWN_NAMED else "") + "; more pairs narrow their intervals", ""]
+    changed = [r for r in sorted_rows(res) if r.verdict != SAME]
+    if changed:
+        out += _md_table(changed) + [""]
+    else:
+        out += ["Every entry is the same within its interval.", ""]
+    if res.rows:
+        out += [f"<details><summary>all {len(res.rows)} entries, slowest first</summary>", ""]
+        out += _md_table(sorted_rows(res)) + ["", "</details>", ""]
+    out += [f"- {line}" for line in summary_lines(res)]
+    return "\n".join(out) + "\n"
+
+
+def _describe(r: ABRow, res: ABResult) -> str:
+    return (f"{r.name}: head/base {r.ratio:.4f}, {res.confidence:.0%} interval {r.low:.4f}-{r.high:.4f}, "
+            f"resolution {_res(r.resolution_pct)}% ({res.pairs} pairs; base {_side(res.base)}, head {_side(res.head)})")
+
+
+def render_github(res: ABResult) -> str:
+    """GitHub Actions workflow commands: an error per slower entry (slowest first), one warning
+    naming the unresolved entries, a notice with the summary."""
+    lines = [f"::error title={_escape_property('numabench A/B slower ' + r.name)}::{_escape_data(_describe(r, res))}"
+             for r in sorted_rows(res) if r.verdict == SLOWER]
+    unresolved = [r for r in sorted_rows(res) if r.verdict == UNRESOLVED]
+    if unresolved:
+        text = (f"{len(unresolved)} entries unresolved, not judged (resolution coarser than {res.coarsest_pct:g}%): "
+                + ", ".join(f"{r.name} {_res(r.resolution_pct)}%" for r in unresolved))
+        lines.append(f"::warning title=numabench A/B unresolved::{_escape_data(text)}")
+    lines.append(f"::notice title=numabench A/B::{_escape_data('; '.join([headline(res), *summary_lines(res)]))}")
+    return "\n".join(lines) + "\n"
+
+
+def _side_json(s: Side) -> dict[str, Any]:
+    return {"label": s.label, "commit": s.commit, "env": dict(s.env)}
+
+
+def to_json(res: ABResult) -> dict[str, Any]:
+    """The A/B run as data (seconds; ratios; percent): docs/GATE.md's schema."""
+    return {
+        "schema": SCHEMA, "base": _side_json(res.base), "head": _side_json(res.head),
+        "hardware_key": res.hardware_key, "selection": list(res.selection), "pairs": res.pairs,
+        "order": "ABBA", "threshold_pct": res.threshold_pct, "confidence": res.confidence,
+        "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "counts": counts(res),
+        "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
+        "entries": [{
+            "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "ratio": r.ratio,
+            "interval": [r.low, r.high], "resolution_pct": r.resolution_pct,
+            "pair_ratios": [h / b for b, h in zip(r.base_s, r.head_s)],
+            "base_medians_s": list(r.base_s), "head_medians_s": list(r.head_s),
+        } for r in sorted_rows(res)],
+        "summary": summary_lines(res),
+    }
+
+
+def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
+    """An ABResult from ``to_json``'s data; ValueError naming what is wrong."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{source}: schema {found!r}: allowed {SCHEMA!r} (what numabench ab --json writes)")
+    try:
+        def side(d: dict) -> Side:
+            return Side(str(d["label"]), d["commit"], None, dict(d.get("env") or {}))  # type: ignore[arg-type]
+
+        res = ABResult(side(data["base"]), side(data["head"]), int(data["pairs"]), float(data["threshold_pct"]),
+                       float(data["confidence"]), missing=list(data.get("missing") or []),
+                       coarsest_pct=float(data["coarsest_pct"]), selection=list(data.get("selection") or []),
+                       hardware_key=data.get("hardware_key"))
+        for e in data["entries"]:
+            low, high = e["interval"]
+            res.rows.append(ABRow(e["name"], [float(v) for v in e["base_medians_s"]],
+                                  [float(v) for v in e["head_medians_s"]], float(e["ratio"]), float(low), float(high),
+                                  e["verdict"], None if e["resolution_pct"] is None else float(e["resolution_pct"]),
+                                  e.get("fullname") or e["name"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{source}: not an A/B run ({type(e).__name__}: {e})") from None
+    return res
+
+
+def render_as(res: ABResult, fmt: str) -> str:
+    if fmt == "text":
+        return render_text(res) + "\n"
+    if fmt == "markdown":
+        return render_markdown(res)
+    if fmt == "github":
+        return render_github(res)
+    if fmt == "json":
+        return json.dumps(to_json(res), indent=2) + "\n"
+    raise ValueError(f"unknown format {fmt!r}: allowed {', '.join(FORMATS)}")

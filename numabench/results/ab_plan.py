@@ -1,0 +1,80 @@
+"""The time an A/B run (``numabench ab``) will take, from the time plan of one invocation of
+its selection (numabench.plan, from this hardware key's baseline where it holds the runs):
+
+    head's build + base's build + pairs x 2 x (the plan less its kernel builds + pytest's start and collection)
+
+Each side runs ``numabench build`` once in its own checkout, which builds every kernel this
+machine can build. Kernels are built per sources and torch in one build folder, so the
+head's build compiles the kernels not built here yet (as long as their last build here took,
+else the plan's default) and checks the others; the base's build compiles only the kernels
+whose sources differ from the head's: none where they are the same (A/A, or a change outside
+``csrc/``: the estimate), every one where they differ (the upper figure). Every invocation
+then finds its kernels built, and pays pytest's start and collection, which ``numabench
+plan`` times as it runs them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from numabench.plan import KERNEL_BUILD_DEFAULT_S, KERNEL_BUILD_S, KERNEL_CACHED_S, duration
+
+
+def compile_seconds(kernel: str) -> float:
+    """How long compiling ``kernel`` takes here: its last build's time, else the plan's default."""
+    from numabench.kernels import built
+
+    recorded = built.recorded_build_seconds(kernel)
+    return recorded if recorded is not None else KERNEL_BUILD_S.get(kernel, KERNEL_BUILD_DEFAULT_S)
+
+
+def build_kernels() -> dict[str, tuple[bool, float]]:
+    """Each kernel ``numabench build`` builds here: (built already, its compile seconds)."""
+    from numabench.kernels import built, prebuild
+
+    return {k: (built.is_built(k), compile_seconds(k)) for k in prebuild.default_kernels()}
+
+
+@dataclass(frozen=True)
+class ABEstimate:
+    pairs: int
+    plan_s: float  # one invocation's plan, its kernel builds included
+    plan_builds_s: float  # of which kernel builds (kernels not built yet)
+    plan_unbuilt: int  # how many kernels those builds are
+    session_s: float  # pytest's start and collection, per invocation
+    head_build_s: float  # numabench build in the head's checkout
+    base_build_s: float  # numabench build in the base's: its kernels of the head's sources, checked only
+    base_compile_s: float  # the same where the base's kernel sources differ: every kernel compiled
+
+    @property
+    def invocation_s(self) -> float:
+        """One invocation: its kernels built (checked only), plus pytest's start and collection."""
+        return self.plan_s - self.plan_builds_s + self.plan_unbuilt * KERNEL_CACHED_S + self.session_s
+
+    @property
+    def seconds(self) -> float:
+        return self.head_build_s + self.base_build_s + 2 * self.pairs * self.invocation_s
+
+    @property
+    def seconds_if_base_compiles(self) -> float:
+        return self.seconds - self.base_build_s + self.base_compile_s
+
+    def summary(self) -> str:
+        return (f"numabench plan (A/B, {self.pairs} pairs): ~{duration(self.seconds)}: builds ~"
+                f"{duration(self.head_build_s)} (head) + ~{duration(self.base_build_s)} (base, kernels of the "
+                f"head's sources), then {2 * self.pairs} invocations x ~{duration(self.invocation_s)} (the plan "
+                f"above less its kernel builds, + {self.session_s:.1f} s pytest start and collection as timed "
+                f"here); ~{duration(self.seconds_if_base_compiles)} where the base's kernel sources differ "
+                f"(its build ~{duration(self.base_compile_s)})")
+
+
+def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[str, tuple[bool, float]]) -> ABEstimate:
+    """``plan``: numabench.plan.Plan.to_dict() of one invocation; ``kernels``: build_kernels()."""
+    if pairs < 2:
+        raise ValueError(f"pairs {pairs}: allowed 2 or more")
+    builds = plan.get("builds") or []
+    return ABEstimate(
+        pairs=pairs, plan_s=float(plan["seconds"]), plan_builds_s=sum(float(b["seconds"]) for b in builds),
+        plan_unbuilt=len(builds), session_s=session_s,
+        head_build_s=sum(KERNEL_CACHED_S if done else s for done, s in kernels.values()),
+        base_build_s=len(kernels) * KERNEL_CACHED_S, base_compile_s=sum(s for _, s in kernels.values()))

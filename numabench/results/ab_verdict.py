@@ -1,0 +1,164 @@
+"""An A/B entry's verdict from its pairs: the ratio head/base, a confidence interval, the
+smallest change this run can resolve for it, and slower / faster / same / unresolved.
+
+Each pair of neighbouring invocations (one base, one head, ABBA order) gives one ratio
+head/base of their medians; the pairs are the independent samples. The estimate is the
+geometric mean of the pair ratios. The interval is Student's t on the log ratios:
+
+    mean(log r) +- t(confidence, n - 1) * sd(log r) / sqrt(n)
+
+which widens as it should with few pairs (t = 12.7 for 2 pairs at 95%, 4.3 for 3, 3.2 for
+4), where a percentile bootstrap of the mean cannot: with 3 pairs it has only 10 distinct
+resampled means, all inside the range of the 3 ratios, so it covers the true ratio far less
+often than it claims (tests/test_ab_gate.py measures both on synthetic pairs).
+
+The resolution of an entry is the interval's relative half-width, ``exp(t * sd / sqrt(n)) - 1``
+in percent: a ratio at least that far from 1 (in log terms) puts the whole interval on one
+side of 1. Its verdict:
+
+- ``slower`` where the whole interval lies above ``1 + threshold``; ``faster`` where it lies
+  below ``1 / (1 + threshold)``. Width does not matter here: such an interval says what it says.
+- else ``unresolved`` where fewer than 2 pairs were measured or the resolution is coarser
+  than ``coarsest``: the run cannot tell a change of ``coarsest`` from none, so calling it
+  ``same`` would claim what was not measured;
+- else ``same``.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+from numabench.gate.band import DEFAULT_COARSEST_PCT
+from numabench.gate.rule import FASTER, SAME, SLOWER
+
+UNRESOLVED = "unresolved"
+AB_VERDICTS = (SLOWER, FASTER, UNRESOLVED, SAME)
+MIN_PAIRS = 2
+INTERVAL = "t on log pair ratios"
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (0 < p < 1, df >= 1)."""
+    if not 0 < p < 1:
+        raise ValueError(f"p {p}: allowed a probability between 0 and 1")
+    if df < 1:
+        raise ValueError(f"df {df}: allowed an integer >= 1")
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One entry's verdict and the figures it rests on (ratios head/base)."""
+
+    pairs: int
+    ratio: float  # geometric mean of the pair ratios
+    low: float
+    high: float
+    resolution_pct: float | None  # relative half-width of the interval; None: fewer than 2 pairs
+    verdict: str
+
+
+def pair_ratios(base_s: Sequence[float], head_s: Sequence[float]) -> list[float]:
+    """head/base of each pair (invocation medians, seconds)."""
+    if len(base_s) != len(head_s):
+        raise ValueError(f"{len(base_s)} base and {len(head_s)} head medians: allowed one of each per pair")
+    bad = [v for v in (*base_s, *head_s) if not (v > 0 and math.isfinite(v))]
+    if bad:
+        raise ValueError(f"median {bad[0]!r}: allowed a time > 0 seconds")
+    return [h / b for b, h in zip(base_s, head_s)]
+
+
+def t_interval(ratios: Sequence[float], confidence: float) -> tuple[float, float, float]:
+    """(low, high, half-width in log terms) of the geometric mean of ``ratios`` (2 or more)."""
+    if len(ratios) < MIN_PAIRS:
+        raise ValueError(f"{len(ratios)} ratios: an interval needs {MIN_PAIRS} or more")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence {confidence}: allowed a number between 0 and 1")
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    mean = statistics.fmean(logs)
+    half = t_quantile((1 + confidence) / 2, n - 1) * statistics.stdev(logs) / math.sqrt(n)
+    return math.exp(mean - half), math.exp(mean + half), half
+
+
+def judge(base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float, confidence: float,
+          coarsest_pct: float = DEFAULT_COARSEST_PCT) -> Judgement:
+    """The verdict of one entry from its per-pair medians (module docstring: the rule)."""
+    ratios = pair_ratios(base_s, head_s)
+    if not ratios:
+        raise ValueError("no pairs: allowed 1 or more")
+    ratio = math.exp(statistics.fmean(math.log(r) for r in ratios))
+    if len(ratios) < MIN_PAIRS:
+        return Judgement(len(ratios), ratio, ratio, ratio, None, UNRESOLVED)
+    low, high, half = t_interval(ratios, confidence)
+    resolution = math.expm1(half) * 100
+    t = 1 + threshold_pct / 100
+    if low > t:
+        verdict = SLOWER
+    elif high < 1 / t:
+        verdict = FASTER
+    elif resolution > coarsest_pct:
+        verdict = UNRESOLVED
+    else:
+        verdict = SAME
+    return Judgement(len(ratios), ratio, low, high, resolution, verdict)

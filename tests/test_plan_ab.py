@@ -1,0 +1,72 @@
+"""numabench plan --ab-pairs N: the time of an A/B run is the arithmetic of its parts (two
+builds, 2N invocations of the selection, each the plan less its kernel builds plus pytest's
+start and collection), and the CLI prints it after the plan line."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from numabench.cases import Case
+from numabench.families import family
+from numabench.numa.policy import Policy
+from numabench.plan import KERNEL_BUILD_S, KERNEL_CACHED_S, plan_runs
+from numabench.results.ab_plan import ab_estimate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_estimate_is_the_arithmetic_of_its_parts():
+    plan = {"seconds": 100.0, "builds": [{"kernel": "cpu_adam", "seconds": 45.0, "source": "default estimate"}],
+            "kernels": ["cpu_adam", "stream"]}
+    kernels = {"stream": (True, 30.0), "cpu_adam": (False, 45.0), "cuda_adam": (False, 120.0)}
+    est = ab_estimate(plan, 3, session_s=4.0, kernels=kernels)
+    invocation = 100.0 - 45.0 + KERNEL_CACHED_S + 4.0  # kernels built by then: checked only
+    head = KERNEL_CACHED_S + 45.0 + 120.0  # stream built already; the other two compiled
+    base = 3 * KERNEL_CACHED_S  # the head's sources: built by the head's build
+    assert est.invocation_s == pytest.approx(invocation)
+    assert (est.head_build_s, est.base_build_s) == pytest.approx((head, base))
+    assert est.seconds == pytest.approx(head + base + 6 * invocation)
+    assert est.seconds_if_base_compiles == pytest.approx(head + 30.0 + 45.0 + 120.0 + 6 * invocation)
+    assert "(A/B, 3 pairs)" in est.summary() and "6 invocations" in est.summary()
+    with pytest.raises(ValueError, match="pairs 1"):
+        ab_estimate(plan, 1, 4.0, kernels)
+
+
+def test_the_plan_records_the_kernels_the_selection_needs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMABENCH_BUILD_DIR", str(tmp_path))
+    fam = family("cpu_adam")
+    case = Case("cpu_adam", 1, 1 << 20, Policy.parse("default"), "fp32",
+                tuple((a, v[0]) for a, v in fam.extra_axes.items()))
+    plan = plan_runs([("k", fam, case, 1, 1, 10, 3)], None, None, 0)
+    data = plan.to_dict()
+    assert data["kernels"] == ["cpu_adam"] and data["seconds"] == pytest.approx(plan.seconds)
+    assert data["builds"] == [{"kernel": "cpu_adam", "seconds": KERNEL_BUILD_S["cpu_adam"],
+                               "source": "default estimate"}]
+
+
+def _seconds(text: str) -> float:
+    value, unit = re.fullmatch(r"~?([\d.]+) (s|min)", text.strip()).groups()
+    return float(value) * (60 if unit == "min" else 1)
+
+
+def test_numabench_plan_prints_the_ab_estimate(tmp_path):
+    env = {**os.environ, "NUMABENCH_BUILD_DIR": str(tmp_path)}  # nothing built: default build times
+    out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "benchmarks/test_touch.py",
+                          "--numa-policies=default", "--param-sizes=4M"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    plan_line, ab_line = out.stdout.strip().splitlines()
+    assert plan_line.startswith("numabench plan: 1 entries in 1 worker runs")
+    m = re.match(r"numabench plan \(A/B, 2 pairs\): (~[\d.]+ (?:s|min)): builds (~[\d.]+ (?:s|min)) \(head\) \+ "
+                 r"(~[\d.]+ (?:s|min)) \(base.*then 4 invocations x (~[\d.]+ (?:s|min)) .*\+ ([\d.]+) s pytest start",
+                 ab_line)
+    assert m, ab_line
+    total, head, base, invocation = (_seconds(m.group(i)) for i in range(1, 5))
+    assert head >= KERNEL_BUILD_S["stream"] + KERNEL_BUILD_S["cpu_adam"]  # numabench build compiles both
+    assert total == pytest.approx(head + base + 4 * invocation, abs=3)  # each figure rounded to a second
+    assert float(m.group(5)) > 0
