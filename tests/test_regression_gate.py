@@ -155,7 +155,7 @@ def test_a_gated_run_of_unchanged_code(saved, tmp_path):
         skip_if_loaded(f"unchanged code confirmed slower in {', '.join(confirmed)}", ("the baseline's runs", saved.load),
                        ("this run", load))
     assert not confirmed, section
-    print(section)
+    print(f"other processes: baseline {saved.load}, this run {load}\n{section}")
 
 
 def test_real_slowdown_is_caught_by_every_gated_entry(saved, tmp_path):
@@ -187,7 +187,7 @@ def test_real_slowdown_is_caught_by_every_gated_entry(saved, tmp_path):
                        ("the baseline's runs", saved.load), ("this run", load))
     assert not missed, gate_section(text)
     assert f"REGRESSION: {len(gated)} entries" in text, gate_section(text)
-    print(gate_section(text))
+    print(f"other processes: baseline {saved.load}, this run {load}\n{gate_section(text)}")
 
 
 def test_a_band_of_one_run_is_insufficient_data_and_never_fails(saved, tmp_path):
