@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -234,3 +235,45 @@ def start_on_a_free_port(start: Callable[[int], Any], attempts: int = 20) -> Any
         except PortTaken:
             tried.append(port)
     raise RuntimeError(f"every port tried was taken: {tried}")
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds the machine spent busy since boot, all processes (/proc/stat: user, nice,
+    system, irq, softirq, and steal: time the hypervisor gave another guest); None without it."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:9]
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields)
+    except (OSError, ValueError, IndexError):
+        return None
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and of its children that ended and were waited for (theirs too)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+class NeighbourCPU:
+    """How many cores other processes kept busy while the block ran: the machine's busy CPU time
+    less this process's and its children's (the children started in the block must have ended by
+    its end), over the block's wall time. What makes a timing on a shared runner noisy; ``cores``
+    is None where /proc/stat cannot be read."""
+
+    def __init__(self) -> None:
+        self.cores: float | None = None
+        self.wall_s = 0.0
+
+    def __enter__(self) -> "NeighbourCPU":
+        self._t0, self._busy0, self._own0 = time.monotonic(), _machine_busy_s(), _own_cpu_s()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s = time.monotonic() - self._t0
+        busy = _machine_busy_s()
+        if busy is not None and self._busy0 is not None and self.wall_s > 0:
+            others = (busy - self._busy0) - (_own_cpu_s() - self._own0)
+            self.cores = max(others, 0.0) / self.wall_s
+
+    def __str__(self) -> str:
+        return "unknown" if self.cores is None else f"{self.cores:.2f} cores for {self.wall_s:.0f} s"

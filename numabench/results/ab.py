@@ -19,7 +19,10 @@ any ``slower``.
 
 Library code does not print: :func:`run_ab` returns an :class:`ABResult`
 (``progress`` receives one line per invocation); numabench.results.ab_formats
-renders it (text, Markdown, GitHub annotations, JSON).
+renders it (text, Markdown, GitHub annotations, JSON). The judging takes medians from
+anywhere (:func:`judge_pairs` one entry's pairs, :func:`judge_measured` every entry of both
+sides), and :func:`run_ab` takes the function that runs one invocation, so the whole flow
+runs on given timings too.
 """
 from __future__ import annotations
 
@@ -200,10 +203,54 @@ def parse_env(items: Sequence[str] | None, option: str) -> dict[str, str]:
     return env
 
 
+InvokeOne = Callable[[Side, Sequence[str], Path], dict[str, float]]  # one invocation: entry -> median s
+
+
+def abba_order(pairs: int) -> list[tuple[int, str]]:
+    """(pair, side) in the order they run: base, head, head, base, base, head, ... so that a
+    drift of the machine (a linear one exactly) hits both sides alike."""
+    return [(i, label) for i in range(pairs) for label in (("base", "head") if i % 2 == 0 else ("head", "base"))]
+
+
+def measure(sides: dict[str, Side], pytest_args: Sequence[str], pairs: int, scratch: Path,
+            invoke_one: InvokeOne = invoke,
+            progress: Callable[[str], None] = lambda line: None) -> dict[str, list[dict[str, float]]]:
+    """Each side's invocations in ABBA order (``invoke_one``: one invocation of a side, its JSON
+    written under ``scratch``): side label -> one {entry: median s} per pair."""
+    measured: dict[str, list[dict[str, float]]] = {"base": [], "head": []}
+    for i, label in abba_order(pairs):
+        side = sides[label]
+        medians = invoke_one(side, pytest_args, scratch / f"{label}-{i}.json")
+        measured[label].append(medians)
+        progress(f"pair {i + 1}/{pairs}: {label} ({side.label}) {len(medians)} entries")
+    return measured
+
+
+def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: float,
+                   confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT) -> tuple[list[ABRow], list[str]]:
+    """The rows of the entries both sides measured in every invocation (pair i: base's i-th and
+    head's i-th), and the full names of those they did not (not judged)."""
+    rows: list[ABRow] = []
+    missing: list[str] = []
+    for name in sorted(set().union(*measured["base"], *measured["head"])):
+        b = [m.get(name) for m in measured["base"]]
+        h = [m.get(name) for m in measured["head"]]
+        if any(v is None for v in b + h):
+            missing.append(name)
+            continue
+        rows.append(judge_pairs(name.split("::")[-1], b, h, threshold_pct, confidence, coarsest_pct, name))
+    return rows, missing
+
+
 def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: int = 5, threshold_pct: float = 1.0,
            confidence: float = 0.95, coarsest_pct: float = DEFAULT_COARSEST_PCT, base_env: dict[str, str] | None = None,
            head_env: dict[str, str] | None = None, cwd: Path | None = None,
-           progress: Callable[[str], None] = lambda line: None) -> ABResult:
+           progress: Callable[[str], None] = lambda line: None, invoke_one: InvokeOne = invoke,
+           build_side: Callable[[Side], str] = build) -> ABResult:
+    """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
+    ``cwd``: each side built (``build_side``) in its own worktree, measured in ABBA order
+    (``invoke_one``: one pytest invocation of a side), judged per entry; the worktrees are
+    removed whatever happens."""
     if pairs < 2:
         raise UsageError(f"--pairs {pairs}: allowed 2 or more (an interval needs several pairs)")
     if not 0 < confidence < 1:
@@ -216,25 +263,11 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                      "head": Side(head or WORKTREE, head_commit, head_path, head_env or {})}
             for label, side in sides.items():
                 progress(f"building {label} ({side.label}) in {side.path}")
-                build(side)
-            measured: dict[str, list[dict[str, float]]] = {"base": [], "head": []}
-            for i in range(pairs):
-                order = ("base", "head") if i % 2 == 0 else ("head", "base")
-                for label in order:
-                    side = sides[label]
-                    medians = invoke(side, pytest_args, tmp / f"{label}-{i}.json")
-                    measured[label].append(medians)
-                    progress(f"pair {i + 1}/{pairs}: {label} ({side.label}) {len(medians)} entries")
+                build_side(side)
+            measured = measure(sides, pytest_args, pairs, tmp, invoke_one, progress)
         res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence,
                        coarsest_pct=coarsest_pct, selection=list(pytest_args))
-        names = sorted(set().union(*measured["base"], *measured["head"]))
-        for name in names:
-            b = [m.get(name) for m in measured["base"]]
-            h = [m.get(name) for m in measured["head"]]
-            if any(v is None for v in b + h):
-                res.missing.append(name)
-                continue
-            res.rows.append(judge_pairs(name.split("::")[-1], b, h, threshold_pct, confidence, coarsest_pct, name))
+        res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct)
         return res
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,217 @@
+"""`numabench ab` judged on given timings: the pair ratios, the ABBA order, the interval,
+slower / faster / same only when the whole interval lies beyond the threshold, entries one
+side did not measure, the exit code and the text; and the whole flow (worktrees of a scratch
+git repository, builds, invocations in ABBA order, their removal) with a fake invocation in
+place of pytest. The real suite under ab: tests/test_regression_gate.py."""
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from numabench.errors import UsageError
+from numabench.gate.rule import FASTER, SAME, SLOWER
+from numabench.results.ab_verdict import UNRESOLVED
+from numabench.results.ab import (
+    ABResult,
+    Side,
+    abba_order,
+    bootstrap_interval,
+    geometric_mean,
+    judge_measured,
+    judge_pairs,
+    measure,
+    render,
+    run_ab,
+)
+
+A, B = "benchmarks/test_x.py::test_x[a]", "benchmarks/test_x.py::test_x[b]"
+
+
+def pairs_of(ratios: list[float], base_s: float = 1e-3) -> tuple[list[float], list[float]]:
+    return [base_s] * len(ratios), [base_s * r for r in ratios]
+
+
+# -- one entry's pairs ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ratios, verdict", [
+    ([1.49, 1.52, 1.50, 1.51], SLOWER),  # a 50% slowdown, pairs that agree
+    ([0.60, 0.61, 0.59, 0.62], FASTER),
+    ([0.99, 1.02, 1.00, 0.98], SAME),
+    # the geometric mean (1.127) lies beyond 10%, the interval does not: not enough pairs agree
+    ([1.02, 1.20, 1.05, 1.25], UNRESOLVED),  # and too wide to call it the same
+    # pair ratios as a loaded 2-core runner gave a real 50% slowdown (0.17-2.4): no verdict either way
+    ([2.4, 0.17, 1.5, 1.6], UNRESOLVED),
+], ids=["slower", "faster", "same", "mean-beyond-interval-not", "loaded-runner"])
+def test_a_verdict_needs_the_whole_interval_beyond_the_threshold(ratios, verdict):
+    row = judge_pairs("x", *pairs_of(ratios), threshold_pct=10, confidence=0.95)
+    assert row.verdict == verdict, (row.low, row.high)
+    assert row.ratio == pytest.approx(geometric_mean(ratios))
+    assert row.low <= row.ratio <= row.high
+    if verdict == SLOWER:
+        assert row.low > 1.10
+    if verdict == FASTER:
+        assert row.high < 1 / 1.10
+
+
+def test_the_ratio_is_per_pair_not_of_the_sides_medians():
+    """A drift between pairs that both sides share cancels in each pair's ratio: base and head move
+    from 1 to 3 ms together, head always 1.2x its neighbour: slower, ratio exactly 1.2."""
+    base = [1e-3, 2e-3, 3e-3, 1.5e-3]
+    row = judge_pairs("x", base, [b * 1.2 for b in base], threshold_pct=10, confidence=0.95)
+    assert row.verdict == SLOWER and row.ratio == pytest.approx(1.2) and row.low == pytest.approx(1.2)
+
+
+def test_bootstrap_interval():
+    ratios = [1.0, 1.1, 0.95, 1.05, 1.02]
+    wide, narrow = bootstrap_interval(ratios, 0.99), bootstrap_interval(ratios, 0.5)
+    assert bootstrap_interval(ratios, 0.99) == wide  # seeded: the same pairs, the same interval
+    assert wide[0] < narrow[0] <= geometric_mean(ratios) <= narrow[1] < wide[1]
+    assert min(ratios) <= wide[0] and wide[1] <= max(ratios)
+    assert bootstrap_interval([1.3] * 4, 0.95) == pytest.approx((1.3, 1.3))
+    with pytest.raises(ValueError):
+        bootstrap_interval([], 0.95)
+
+
+# -- the pairs of a run -----------------------------------------------------------------------
+
+def test_abba_order():
+    assert abba_order(3) == [(0, "base"), (0, "head"), (1, "head"), (1, "base"), (2, "base"), (2, "head")]
+
+
+def sides(tmp_path: Path, head_env: dict[str, str] | None = None) -> dict[str, Side]:
+    return {"base": Side("HEAD~1", "a" * 40, tmp_path / "base", {}),
+            "head": Side("HEAD", "b" * 40, tmp_path / "head", head_env or {})}
+
+
+class Clock:
+    """A machine that slows by ``drift`` per invocation, whatever runs; the head side's code by
+    its NUMABENCH_INJECT_SLOWDOWN. Records the invocations it ran."""
+
+    def __init__(self, drift: float = 0.0, entries: dict[str, float] | None = None) -> None:
+        self.drift = drift
+        self.entries = entries or {A: 1e-3, B: 2e-3}
+        self.ran: list[tuple[str, str]] = []
+
+    def __call__(self, side: Side, pytest_args, json_path: Path) -> dict[str, float]:
+        self.ran.append((side.label, json_path.name))
+        factor = float(side.env.get("NUMABENCH_INJECT_SLOWDOWN", 1.0)) * (1 + self.drift * (len(self.ran) - 1))
+        return {name: s * factor for name, s in self.entries.items()}
+
+
+def test_abba_cancels_a_drift_of_the_machine(tmp_path):
+    """The machine slows 5% per invocation, the code is the same: in ABBA order each side runs as
+    often early as late, the ratio stays ~1 and the verdict same (run in AB AB order, head, always
+    second, would read ~5% slower in every pair)."""
+    clock = Clock(drift=0.05)
+    measured = measure(sides(tmp_path), ["benchmarks"], 4, tmp_path, clock)
+    assert [f for _, f in clock.ran] == [f"{label}-{i}.json" for i, label in abba_order(4)]
+    rows, missing = judge_measured(measured, threshold_pct=3, confidence=0.95)
+    assert not missing and [r.verdict for r in rows] == [SAME, SAME]
+    assert all(abs(math.log(r.ratio)) < 0.01 for r in rows), [r.ratio for r in rows]
+    head_second = [measured["head"][i][A] / measured["base"][i][A] for i in range(0, 4, 2)]
+    assert all(r > 1.04 for r in head_second)  # the AB pairs alone: head later, slower by the drift
+
+
+def test_entries_not_measured_in_every_invocation_are_listed_not_judged(tmp_path):
+    measured = {"base": [{A: 1e-3, B: 2e-3}, {A: 1e-3, B: 2e-3}, {A: 1e-3, B: 2e-3}],
+                "head": [{A: 1.5e-3, B: 2e-3}, {A: 1.5e-3}, {A: 1.5e-3, B: 2e-3}]}
+    rows, missing = judge_measured(measured, threshold_pct=10, confidence=0.95)
+    assert missing == [B] and [(r.name, r.verdict) for r in rows] == [("test_x[a]", SLOWER)]
+    res = ABResult(*sides(tmp_path).values(), pairs=3, threshold_pct=10, confidence=0.95, rows=rows,
+                   missing=missing)
+    text = render(res)
+    assert "1 entries not measured in every invocation of both sides (not judged)" in text
+    assert "1 entries: 1 slower, 0 faster, 0 same" in text
+
+
+def test_exit_code_follows_the_verdicts(tmp_path):
+    def result(*ratios_per_entry: list[float]) -> ABResult:
+        rows = [judge_pairs(f"e{i}", *pairs_of(r), threshold_pct=10, confidence=0.95)
+                for i, r in enumerate(ratios_per_entry)]
+        return ABResult(*sides(tmp_path).values(), pairs=4, threshold_pct=10, confidence=0.95, rows=rows)
+
+    slow = result([1.5] * 4, [0.5] * 4, [1.0] * 4)
+    assert [r.verdict for r in slow.rows] == [SLOWER, FASTER, SAME] and slow.exit_code == 1
+    text = render(slow)
+    assert "3 entries: 1 slower, 1 faster, 1 same" in text
+    assert "REGRESSION: 1 entries slower by more than 10% with 95% confidence" in text
+    fast = result([0.5] * 4, [1.0] * 4)
+    assert fast.exit_code == 0 and "REGRESSION" not in render(fast)
+
+
+# -- the whole flow on fake timings --------------------------------------------------------------
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q")
+    for i in range(2):
+        (r / "f.txt").write_text(f"{i}\n")
+        git(r, "add", "f.txt")
+        git(r, "commit", "-q", "-m", f"c{i}")
+    return r
+
+
+def worktrees(repo: Path) -> list[str]:
+    return [ln for ln in git(repo, "worktree", "list", "--porcelain").splitlines() if ln.startswith("worktree ")]
+
+
+@pytest.mark.parametrize("head_env, verdicts, code", [
+    ({"NUMABENCH_INJECT_SLOWDOWN": "1.5"}, [SLOWER, SLOWER], 1),
+    ({}, [SAME, SAME], 0),
+], ids=["slowdown", "unchanged"])
+def test_run_ab_builds_both_sides_alternates_and_removes_its_worktrees(repo, head_env, verdicts, code):
+    before = worktrees(repo)
+    built, lines = [], []
+    clock = Clock()
+
+    def build_side(side: Side) -> str:
+        assert (side.path / "f.txt").read_text() == ("0\n" if side.label == "HEAD~1" else "1\n")
+        built.append(side.label)
+        return ""
+
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, threshold_pct=10, head_env=head_env, cwd=repo,
+                 progress=lines.append, invoke_one=clock, build_side=build_side)
+    assert built == ["HEAD~1", "HEAD"]
+    assert [label for label, _ in clock.ran] == ["HEAD~1", "HEAD", "HEAD", "HEAD~1", "HEAD~1", "HEAD"]
+    assert res.base.commit == git(repo, "rev-parse", "HEAD~1").strip()
+    assert [r.verdict for r in res.rows] == verdicts and res.exit_code == code
+    assert sum(ln.startswith("pair ") for ln in lines) == 6
+    assert worktrees(repo) == before  # both checkouts removed
+    assert not res.base.path.exists()  # and the scratch folder holding them
+
+
+def test_run_ab_removes_its_worktrees_when_an_invocation_fails(repo):
+    before = worktrees(repo)
+
+    def failing(side: Side, pytest_args, json_path: Path) -> dict[str, float]:
+        raise UsageError(f"pytest on {side.label} exited 4: bad option")
+
+    with pytest.raises(UsageError, match="exited 4"):
+        run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=2, cwd=repo, invoke_one=failing, build_side=lambda s: "")
+    assert worktrees(repo) == before
+
+
+def test_head_omitted_is_the_working_tree_as_it_is(repo):
+    (repo / "f.txt").write_text("uncommitted\n")
+    seen = {}
+
+    def invoke_one(side: Side, pytest_args, json_path: Path) -> dict[str, float]:
+        seen[side.label] = (side.path, (side.path / "f.txt").read_text())
+        return {A: 1e-3}
+
+    res = run_ab("HEAD", None, ["benchmarks"], pairs=2, cwd=repo, invoke_one=invoke_one, build_side=lambda s: "")
+    assert seen["worktree"] == (repo, "uncommitted\n") and seen["HEAD"][1] == "1\n"
+    assert res.head.commit is None and "head: worktree" in render(res)
