@@ -22,12 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import NoReturn, Sequence
 
 from numabench.errors import NumabenchError, UsageError, WriteError
-from numabench.interrupts import restore_interrupts
+from numabench.interrupts import Stopped, put_back, restore_interrupts, stop_on_signals
 from numabench.redact import redact_text
 from numabench.gate.rule import DEFAULT_COARSEST, DEFAULT_THRESHOLD
 from numabench.gate.table import FORMATS
@@ -665,6 +667,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.ab_pairs = ab_pairs
     stdout = sys.stdout
     sys.stdout = GuardedStdout(stdout)
+    # SIGTERM and SIGHUP as well as Ctrl-C end a command through its finally blocks: ab's
+    # worktrees, a staged site, a build's tree are removed, never left behind
+    replaced = stop_on_signals() if threading.current_thread() is threading.main_thread() else {}
     try:
         code = ns.func(ns)
         sys.stdout.flush()  # a full disk shows here, not in Python's flush at exit
@@ -675,18 +680,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(e, StdoutError):
             _discard_stdout()
         return 2
-    except KeyboardInterrupt:
-        # Ctrl-C: one line and the shell's code for SIGINT (128 + 2); a file or folder being
-        # written was removed on the way out (numabench.atomic)
+    except KeyboardInterrupt as e:
+        # Ctrl-C, SIGTERM, SIGHUP: one line and the shell's code for the signal (128 + its
+        # number); a file or folder being written was removed on the way out (numabench.atomic)
+        signum = e.signum if isinstance(e, Stopped) else signal.SIGINT
         what = " ".join(str(w) for w in (ns.command, getattr(ns, "action", None)) if w)
-        print(f"numabench: {what} interrupted (SIGINT): stopped", file=sys.stderr)
-        return 130
+        print(f"numabench: {what} interrupted ({signal.Signals(signum).name}): stopped", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:
         # the reader went away (`numabench report RUN | head`): no traceback, and none at exit
         # when Python flushes stdout into the closed pipe
         _discard_stdout()
         return 0
     finally:
+        put_back(replaced)
         sys.stdout = stdout
 
 

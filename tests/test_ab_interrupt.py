@@ -1,0 +1,60 @@
+"""`numabench ab` stopped by a signal mid-run (a CI job cancelled: SIGTERM; a closed terminal:
+SIGHUP; Ctrl-C) ends in one line with the shell's code for the signal, and leaves no git
+worktree, no scratch folder and no child process behind."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def worktrees(repo: Path) -> list[str]:
+    out = subprocess.run(["git", "-C", str(repo), "worktree", "list", "--porcelain"], capture_output=True, text=True)
+    return [ln for ln in out.stdout.splitlines() if ln.startswith("worktree ")]
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs a git checkout")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_mid_ab_removes_its_worktrees_and_ends_in_one_line(tmp_path, sig):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True, capture_output=True)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    # this tree's numabench runs; the repo it A/Bs is the clone
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"}
+    # `python -m` would put the clone (the cwd) first on the path: this tree's code runs instead
+    cli = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from numabench.cli import main; sys.exit(main())"
+    proc = subprocess.Popen([sys.executable, "-c", cli, "ab", "HEAD", "HEAD", "--pairs", "2", "--",
+                             "benchmarks/test_touch.py", "--numa-policies=default", "--param-sizes=4M"],
+                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while not any(ln.startswith("[ab] building head") for ln in lines):  # both worktrees exist now
+            line = proc.stderr.readline()
+            assert line and time.monotonic() < deadline, "".join(lines)
+            lines.append(line)
+        assert len(worktrees(repo)) == 3
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + sig, err
+    assert err.strip().splitlines() == [f"numabench: ab interrupted ({sig.name}): stopped"], err
+    assert worktrees(repo) == [f"worktree {repo}"]
+    assert not list(scratch.iterdir()), sorted(p.name for p in scratch.iterdir())
+    time.sleep(0.5)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
