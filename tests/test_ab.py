@@ -14,6 +14,7 @@ import pytest
 
 from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
+from numabench.results.ab_formats import render_text as render
 from numabench.results.ab_verdict import UNRESOLVED
 from numabench.results.ab import (
     ABResult,
@@ -24,7 +25,6 @@ from numabench.results.ab import (
     judge_measured,
     judge_pairs,
     measure,
-    render,
     run_ab,
 )
 

@@ -272,9 +272,3 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-
-def render(res: ABResult) -> str:
-    """The verdict table as text (numabench.results.ab_formats has every format)."""
-    from numabench.results.ab_formats import render_text
-
-    return render_text(res)
