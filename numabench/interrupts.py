@@ -40,35 +40,41 @@ def put_back(replaced: dict[signal.Signals, Handler]) -> None:
         signal.signal(sig, previous)
 
 
+
 class Stopped(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised as an interrupt so that finally blocks run (worktrees and
-    staged files removed, children ended); ``signum`` names the signal."""
+    staged files removed, children and workers ended); ``signum`` names the signal."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, message: str | None = None) -> None:
         self.signum = signum
-        super().__init__(f"{signal.Signals(signum).name} received")
+        super().__init__(message or f"{signal.Signals(signum).name} received")
 
 
-STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what stops a run in order
 
 
-def _raise_stop(signum: int, frame: Any) -> None:
-    # The first signal only: the orderly exit that follows is not cut short by a second one.
-    for sig in STOPS:
-        if signal.getsignal(sig) is _raise_stop:
-            signal.signal(sig, signal.SIG_IGN)
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Stopped(signum)
+def stop_handler(stopped: Callable[[int], Stopped] = Stopped) -> Callable[[int, Any], None]:
+    """A handler that raises KeyboardInterrupt for SIGINT and ``stopped(signum)`` for the
+    others, for the first signal only: the orderly exit that follows is not cut short by a
+    second one (a Ctrl-C reaches the whole job, and .ci/bench passes its copy on as well)."""
+    def handler(signum: int, frame: Any) -> None:
+        for sig in STOPS:
+            if signal.getsignal(sig) is handler:
+                signal.signal(sig, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise stopped(signum)
+    return handler
 
 
 def stop_on_signals() -> dict[signal.Signals, Handler]:
     """SIGINT as KeyboardInterrupt (also where the caller ignored it), SIGTERM and SIGHUP as
     ``Stopped`` where the caller left them at their default (``nohup``'s SIGHUP stays
     ignored). Returns the dispositions replaced, for ``put_back``. Main thread only."""
+    handler = stop_handler()
     replaced: dict[signal.Signals, Handler] = {}
     for sig in STOPS:
         current = signal.getsignal(sig)
         if sig == signal.SIGINT or current == signal.SIG_DFL:
-            replaced[sig] = signal.signal(sig, _raise_stop)
+            replaced[sig] = signal.signal(sig, handler)
     return replaced
