@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import resource
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -277,3 +279,18 @@ class NeighbourCPU:
 
     def __str__(self) -> str:
         return "unknown" if self.cores is None else f"{self.cores:.2f} cores for {self.wall_s:.0f} s"
+
+
+class QuietJsonHandler(BaseHTTPRequestHandler):
+    """A test HTTP server's handler base: no request log, JSON replies."""
+
+    def log_message(self, *args: Any) -> None:  # quiet
+        pass
+
+    def _reply(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

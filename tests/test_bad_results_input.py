@@ -26,12 +26,12 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from helpers import end_child, start_child
+from helpers import QuietJsonHandler, end_child, start_child
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_CSV = ROOT / "tests" / "data" / "seed" / "qwen2.5-7B_normal_interleave.csv"
@@ -319,20 +319,9 @@ def test_ctrl_c_during_a_fleet_pull_from_a_server_that_never_answers(tmp_path):
 
 # -- passwords -------------------------------------------------------------------------------------
 
-class _Index(BaseHTTPRequestHandler):
+class _Index(QuietJsonHandler):
     """An index server that wants HTTP basic auth (alice, SECRET) and holds the runs pushed to it."""
     docs: list[dict] = []
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def _reply(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def _authorized(self) -> bool:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))

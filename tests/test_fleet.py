@@ -15,13 +15,13 @@ import tempfile
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
-from helpers import PortTaken, start_on_a_free_port
+from helpers import PortTaken, QuietJsonHandler, start_on_a_free_port
 from numabench.cli import main
 from numabench.errors import UsageError
 from numabench.results.fleet import KEY_FIELD, FleetIndex, parse_index_url, run_id
@@ -39,20 +39,9 @@ def _run(key: str, node: str, when: str, values: dict[str, float]) -> dict:
             "datetime": when, "version": "5.2.3", "benchmarks": benches}
 
 
-class _FakeIndexServer(BaseHTTPRequestHandler):
+class _FakeIndexServer(QuietJsonHandler):
     """Answers the Elasticsearch requests numabench makes (and nothing else: anything else is a 400)."""
     indices: ClassVar[dict[str, dict]] = {}
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def _reply(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def _body(self) -> bytes:
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
