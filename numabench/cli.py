@@ -288,7 +288,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
                  threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence, coarsest_pct=coarsest,
                  base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
-                 progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True))
+                 progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -584,14 +584,20 @@ def build_parser() -> OneLineParser:
     p.add_argument("--passed", action="store_true", help="pull (PostgreSQL): only runs without a confirmed regression "
                                                          "(the rolling window that numabench learn keeps there)")
     p.set_defaults(func=cmd_fleet)
-    p = sub.add_parser("ab", help="A/B two git revisions on this machine: alternating fresh invocations, a "
-                                  "t-interval per entry; exit 1 where it lies beyond the threshold",
+    p = sub.add_parser("ab", help="A/B two git revisions on this machine: both sides' workers timed round by "
+                                  "round in one session (or whole invocations in turn), a t-interval per entry; "
+                                  "exit 1 where it lies beyond the threshold",
                        usage="numabench ab BASE [HEAD] [options] [-- PYTEST_ARGS...] | numabench ab --show FILE "
                              "[--format F]")
     p.add_argument("base", nargs="?", default=None, help="base revision (any git revision)")
     p.add_argument("head", nargs="?", default=None,
                    help="head revision (default: the working tree as it is, uncommitted changes included)")
-    p.add_argument("--pairs", type=int, default=5, help="base/head invocation pairs, ABBA order (default 5)")
+    p.add_argument("--pairs", type=int, default=5,
+                   help="base/head pairs: fresh workers of both sides per pair (default 5)")
+    p.add_argument("--interleave", choices=("rounds", "invocations"), default="rounds",
+                   help="rounds (default): one session of the head, every case timed by both sides' workers, "
+                        "rounds alternating; invocations: whole pytest invocations of each side in ABBA order "
+                        "(each side's own harness too: for changes to the worker contract)")
     p.add_argument("--threshold", default="1%", help="smallest ratio that counts (default 1%%)")
     p.add_argument("--confidence", type=float, default=0.95, help="of the t-interval on log ratios (default 0.95)")
     p.add_argument("--coarsest", default=DEFAULT_COARSEST,

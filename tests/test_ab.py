@@ -23,6 +23,7 @@ from numabench.results.ab import (
     bootstrap_interval,
     geometric_mean,
     judge_measured,
+    interleaved_medians,
     judge_pairs,
     measure,
     run_ab,
@@ -183,7 +184,8 @@ def test_run_ab_builds_both_sides_alternates_and_removes_its_worktrees(repo, hea
         return ""
 
     res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, threshold_pct=10, head_env=head_env, cwd=repo,
-                 progress=lines.append, invoke_one=clock, build_side=build_side)
+                 progress=lines.append, invoke_one=clock, build_side=build_side,
+                 interleave="invocations")
     assert built == ["HEAD~1", "HEAD"]
     assert [label for label, _ in clock.ran] == ["HEAD~1", "HEAD", "HEAD", "HEAD~1", "HEAD~1", "HEAD"]
     assert res.base.commit == git(repo, "rev-parse", "HEAD~1").strip()
@@ -200,7 +202,8 @@ def test_run_ab_removes_its_worktrees_when_an_invocation_fails(repo):
         raise UsageError(f"pytest on {side.label} exited 4: bad option")
 
     with pytest.raises(UsageError, match="exited 4"):
-        run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=2, cwd=repo, invoke_one=failing, build_side=lambda s: "")
+        run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=2, cwd=repo, invoke_one=failing, build_side=lambda s: "",
+               interleave="invocations")
     assert worktrees(repo) == before
 
 
@@ -212,6 +215,56 @@ def test_head_omitted_is_the_working_tree_as_it_is(repo):
         seen[side.label] = (side.path, (side.path / "f.txt").read_text())
         return {A: 1e-3}
 
-    res = run_ab("HEAD", None, ["benchmarks"], pairs=2, cwd=repo, invoke_one=invoke_one, build_side=lambda s: "")
+    res = run_ab("HEAD", None, ["benchmarks"], pairs=2, cwd=repo, invoke_one=invoke_one, build_side=lambda s: "",
+                 interleave="invocations")
     assert seen["worktree"] == (repo, "uncommitted\n") and seen["HEAD"][1] == "1\n"
     assert res.head.commit is None and "head: worktree" in render(res)
+
+
+# -- rounds interleaved in one session (the default) ------------------------------------------
+
+def _session_run(head: dict[str, list[float]], base: dict[str, list[float]]) -> dict:
+    """A rounds-interleaved session's JSON as fixtures.ab_sides writes it."""
+    return {"benchmarks": [{"fullname": name, "stats": {"median": meds[0]},
+                            "extra_info": {"invocation_medians_s": meds,
+                                           "ab_base": {"invocation_medians_s": base[name]}}}
+                           for name, meds in head.items()]}
+
+
+def test_an_interleaved_session_gives_each_side_one_median_per_pair():
+    run = _session_run({A: [2e-3, 2.2e-3, 2.1e-3], B: [1e-3, 1e-3]}, {A: [1e-3, 1.1e-3, 1.05e-3], B: [1e-3, 1e-3]})
+    measured = interleaved_medians(run, 3)
+    assert [m[A] for m in measured["head"]] == [2e-3, 2.2e-3, 2.1e-3]
+    assert [m[A] for m in measured["base"]] == [1e-3, 1.1e-3, 1.05e-3]
+    rows, missing = judge_measured(measured, threshold_pct=1, confidence=0.95)
+    assert [r.fullname for r in rows] == [A] and rows[0].ratio == pytest.approx(2.0) and rows[0].verdict == SLOWER
+    assert missing == [B]  # two pairs of three: not judged, listed
+
+
+def test_an_interleaved_session_that_measured_nothing_is_an_error():
+    with pytest.raises(UsageError, match="measured nothing"):
+        interleaved_medians({"benchmarks": [{"fullname": A, "stats": {"median": 1e-3},
+                                             "extra_info": {"invocation_medians_s": [1e-3, 1e-3]}}]}, 2)
+
+
+def test_run_ab_by_rounds_runs_one_session_of_the_head_with_the_base_checked_out(repo):
+    before = worktrees(repo)
+    seen = {}
+
+    def invoke_both(base: Side, head: Side, pytest_args, pairs: int, json_path: Path):
+        seen.update(base=(base.label, (base.path / "f.txt").read_text(), dict(base.env)),
+                    head=(head.label, (head.path / "f.txt").read_text(), dict(head.env)), pairs=pairs)
+        return interleaved_medians(_session_run({A: [1.5e-3] * pairs}, {A: [1e-3] * pairs}), pairs)
+
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, head_env={"X": "1"}, build_side=lambda s: "",
+                 invoke_both=invoke_both)
+    assert seen == {"base": ("HEAD~1", "0\n", {}), "head": ("HEAD", "1\n", {"X": "1"}), "pairs": 3}
+    assert res.interleave == "rounds" and [r.verdict for r in res.rows] == [SLOWER] and res.exit_code == 1
+    assert "rounds alternating" in render(res)
+    assert worktrees(repo) == before
+
+
+@pytest.mark.parametrize("arg", ["--numa-repeats=3", "--numa-ab-base=/x", "--benchmark-compare"])
+def test_run_ab_refuses_the_options_it_sets_itself(repo, arg):
+    with pytest.raises(UsageError, match=f"pytest argument {arg}: numabench ab sets it"):
+        run_ab("HEAD~1", "HEAD", ["benchmarks", arg], pairs=2, cwd=repo, build_side=lambda s: "")

@@ -315,9 +315,10 @@ class Family:
         return ranks
 
     def skip_reason(self, case: Case, topology: "Topology", caps: "Capabilities",
-                    host_memory_bytes: int | None = None) -> str | None:
+                    host_memory_bytes: int | None = None, copies: int = 1) -> str | None:
         """Why ``case`` cannot run on this machine, or None. One clear reason.
-        ``host_memory_bytes`` overrides MemTotal (VMs whose memory grows as it is used)."""
+        ``host_memory_bytes`` overrides MemTotal (VMs whose memory grows as it is used);
+        ``copies``: how many runs of the case are alive at once (2 in a same-runner A/B)."""
         ngpu = len(topology.gpus)
         if self.needs_gpu and ngpu == 0:
             return f"{self.key} needs a CUDA GPU; none is visible (no NVIDIA driver or CUDA_VISIBLE_DEVICES empty)"
@@ -345,19 +346,20 @@ class Family:
                 return reason
         if case.policy.kind == "preferred-many" and not caps.preferred_many_kernel:
             return f"preferred-many needs Linux >= 5.15; kernel {caps.kernel_release} rejected MPOL_PREFERRED_MANY"
-        host_need = case.numel * self.host_bytes_per_element(case)
+        twice = f" ({copies} copies alive at once: a same-runner A/B)" if copies > 1 else ""
+        host_need = copies * case.numel * self.host_bytes_per_element(case)
         host_have = host_memory_bytes or sum(n.mem_total_bytes for n in topology.nodes)
         if host_need > USABLE_HOST_SHARE * host_have:
             have = (f"--numa-host-memory gives {host_have / 2**30:.1f} GiB" if host_memory_bytes else
                     f"MemTotal reads {host_have / 2**30:.1f} GiB")
-            return (f"size {format_size(case.numel)} needs {host_need / 2**30:.1f} GiB of host memory; "
+            return (f"size {format_size(case.numel)} needs {host_need / 2**30:.1f} GiB of host memory{twice}; "
                     f"{have} ({USABLE_HOST_SHARE:.0%} usable; on a VM whose memory grows as it is used, pass "
                     "--numa-host-memory=GiB)")
         if topology.gpus and self.needs_gpu:
-            dev_need = case.numel_per_rank * self.device_bytes_per_element(case)
+            dev_need = copies * case.numel_per_rank * self.device_bytes_per_element(case)
             dev_have = min(g.memory_bytes for g in topology.gpus[: case.nprocess]) or float("inf")
             if dev_need > 0.9 * dev_have:
-                return (f"size {format_size(case.numel)} needs {dev_need / 2**30:.1f} GiB per GPU; "
+                return (f"size {format_size(case.numel)} needs {dev_need / 2**30:.1f} GiB per GPU{twice}; "
                         f"the GPU has {dev_have / 2**30:.1f} GiB")
         return None
 
@@ -405,7 +407,7 @@ class GpuOrCpuFamily(Family):
         return ranks
 
     def skip_reason(self, case: Case, topology: "Topology", caps: "Capabilities",
-                    host_memory_bytes: int | None = None) -> str | None:
+                    host_memory_bytes: int | None = None, copies: int = 1) -> str | None:
         ngpu = len(topology.gpus)
         if ngpu and case.nprocess > ngpu:
             return f"nprocess={case.nprocess} needs {case.nprocess} GPUs; this machine has {ngpu}"
@@ -427,4 +429,4 @@ class GpuOrCpuFamily(Family):
                 return (f"cpu_bind rank-cores needs a physical core per rank; node(s) "
                         + ", ".join(f"{n} ({c} cores)" for n, c in cores.items())
                         + f" have fewer than the {case.nprocess} ranks placed there")
-        return super().skip_reason(case, topology, caps, host_memory_bytes)
+        return super().skip_reason(case, topology, caps, host_memory_bytes, copies)

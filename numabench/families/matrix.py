@@ -18,10 +18,11 @@ def case_matrix(family: Family, topology: Topology, caps: Capabilities, *,
                 nprocess: Sequence[int] | None = None, sizes: Sequence[int] | None = None,
                 policies: Sequence[Policy] | None = None, dtypes: Sequence[str] | None = None,
                 axis_overrides: dict[str, list[str]] | None = None, host_memory_bytes: int | None = None,
-                weight_writes_reason: str | None = None) -> list[tuple[Case, str | None]]:
+                weight_writes_reason: str | None = None, copies: int = 1) -> list[tuple[Case, str | None]]:
     """Every case of ``family`` a run selects (None: the family's defaults on this machine),
     each with the reason it cannot run here, or None. ``weight_writes_reason``: why weighted
-    cases may not change the kernel's weights (they skip with it)."""
+    cases may not change the kernel's weights (they skip with it). ``copies``: runs of a case
+    alive at once (a same-runner A/B: 2), for the fits-in-memory checks."""
     default_np = sorted({1, max(1, len(topology.gpus))}) if family.rank_kind == "gpu" else [1]
     extras: list[tuple[tuple[str, str], ...]] = [()]
     for axis, values in family.axis_values(axis_overrides).items():
@@ -35,7 +36,7 @@ def case_matrix(family: Family, topology: Topology, caps: Capabilities, *,
                 for dt in dtypes or family.default_dtypes:
                     for ex in extras:
                         case = Case(family.key, n, size, pol, dt, ex)
-                        reason = family.skip_reason(case, topology, caps, host_memory_bytes)
+                        reason = family.skip_reason(case, topology, caps, host_memory_bytes, copies)
                         if reason is None and pol.kind == "weighted" and weight_writes_reason:
                             reason = weight_writes_reason  # a setting that cannot be restored: only on request
                         out.append((case, reason))

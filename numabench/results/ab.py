@@ -3,13 +3,19 @@
 A GPU CI runner without a stable fleet baseline can still answer "did this
 change make it slower?" by measuring both revisions itself, now. Each side is
 checked out in a temporary git worktree (HEAD omitted: the current working
-tree, uncommitted changes included), its kernels built, and then the selected
-benchmarks run as whole pytest invocations, base and head taking turns in
-ABBA order (base, head, head, base, ...) so that a drift of the machine hits
-both alike. Every invocation has fresh worker processes and fresh buffers.
+tree, uncommitted changes included) and its kernels built. Then, by default
+(``interleave="rounds"``), one pytest session of the head times every case
+with both sides' workers alive at once, their rounds alternating (head, base,
+base, head, ...: fixtures.ab_sides), one pair per ``--numa-repeats``
+invocation (fresh workers and buffers on both sides each time), so that the
+machine's drift over seconds, which moves host-side entries by 10-30% between
+invocations on shared VMs, hits both sides alike. ``interleave="invocations"``
+runs whole pytest invocations instead, base and head taking turns in ABBA
+order (base, head, head, base, ...): each side entirely its own code, harness
+included, for changes to the worker contract, which the rounds mode cannot
+time (the base's workers answer the head's harness).
 
-Per entry, each pair of neighbouring invocations gives a ratio head/base of
-their medians; the estimate is the geometric mean of the pair ratios, its
+Per entry, each pair gives a ratio head/base of its medians; the estimate is the geometric mean of the pair ratios, its
 confidence interval Student's t on the log ratios (pairs, not rounds, are the
 independent samples) and its resolution the interval's relative half-width
 (numabench.results.ab_verdict). An entry is ``slower`` only when the whole
@@ -46,6 +52,8 @@ from numabench.gate.invocations import invocation_medians
 from numabench.results import ab_verdict
 
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
+INTERLEAVE = ("rounds", "invocations")  # how base and head take turns (module docstring)
+AB_BASE_KEY = "ab_base"  # extra_info of an entry of a rounds-interleaved session (fixtures.ab_sides)
 BOOTSTRAP_RESAMPLES = 4000
 RUN_TIMEOUT_S = 3600
 
@@ -83,6 +91,7 @@ class ABResult:
     coarsest_pct: float = DEFAULT_COARSEST_PCT
     selection: list[str] = field(default_factory=list)  # the pytest arguments of every invocation
     hardware_key: str | None = None
+    interleave: str = "invocations"  # INTERLEAVE
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -193,6 +202,50 @@ def invoke(side: Side, pytest_args: Sequence[str], json_path: Path) -> dict[str,
     return out
 
 
+def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs: int,
+                       json_path: Path) -> dict[str, list[dict[str, float]]]:
+    """One pytest session of the head timing both sides round by round (fixtures.ab_sides), one
+    pair per invocation: side label -> one {entry: median s} per pair. Each side's environment
+    goes to its own workers only."""
+    cmd = [sys.executable, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "-q",
+           f"--numa-repeats={pairs}", f"--numa-ab-base={base.path}",
+           *(f"--numa-ab-base-env={k}={v}" for k, v in base.env.items()),
+           *(f"--numa-ab-head-env={k}={v}" for k, v in head.env.items()),
+           f"--benchmark-json={json_path}"]
+    neutral = Side(head.label, head.commit, head.path, {})  # the session's own environment: neither side's
+    proc = subprocess.run(cmd, cwd=head.path, env=_env(neutral), capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    if proc.returncode not in (0, 1) or not json_path.is_file():
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+        if "unrecognized arguments: --numa-repeats" in tail or "unrecognized arguments: --numa-ab-base" in tail:
+            raise UsageError(f"the head ({head.label}) predates --numa-ab-base, which the rounds mode runs its "
+                             "session with: allowed --interleave=invocations for it")
+        raise UsageError(f"pytest on {head.label} (with {base.label}'s workers) exited {proc.returncode}: {tail}")
+    return interleaved_medians(storage.load_run(json_path), pairs, " ".join(pytest_args))
+
+
+def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str, list[dict[str, float]]]:
+    """Each side's per-pair medians from a rounds-interleaved session's run: the head's are the
+    entry's invocation medians, the base's its ``extra_info["ab_base"]``. An entry without
+    ``pairs`` of each is in only the pairs it has (judge_measured lists it as missing)."""
+    measured: dict[str, list[dict[str, float]]] = {"base": [{} for _ in range(pairs)],
+                                                   "head": [{} for _ in range(pairs)]}
+    for b in run["benchmarks"]:
+        head = invocation_medians(b)
+        base = ((b.get("extra_info") or {}).get(AB_BASE_KEY) or {}).get("invocation_medians_s") or []
+        if not all(isinstance(v, (int, float)) and v > 0 for v in base):
+            base = []
+        for i in range(min(pairs, len(head), len(base))):  # the pairs it has; judge_measured lists the rest
+            measured["head"][i][b["fullname"]] = head[i]
+            measured["base"][i][b["fullname"]] = float(base[i])
+    if not any(measured["head"]):
+        raise UsageError(f"the A/B session measured nothing: check the selection ({selection})")
+    return measured
+
+
+InvokeInterleaved = Callable[[Side, Side, Sequence[str], int, Path], dict[str, list[dict[str, float]]]]
+
+
 def parse_env(items: Sequence[str] | None, option: str) -> dict[str, str]:
     env = {}
     for item in items or ():
@@ -246,15 +299,24 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            confidence: float = 0.95, coarsest_pct: float = DEFAULT_COARSEST_PCT, base_env: dict[str, str] | None = None,
            head_env: dict[str, str] | None = None, cwd: Path | None = None,
            progress: Callable[[str], None] = lambda line: None, invoke_one: InvokeOne = invoke,
-           build_side: Callable[[Side], str] = build) -> ABResult:
+           build_side: Callable[[Side], str] = build, interleave: str = "rounds",
+           invoke_both: InvokeInterleaved = invoke_interleaved) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
-    ``cwd``: each side built (``build_side``) in its own worktree, measured in ABBA order
-    (``invoke_one``: one pytest invocation of a side), judged per entry; the worktrees are
-    removed whatever happens."""
+    ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
+    "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
+    whole invocations, ``invoke_one`` runs one), judged per entry; the worktrees are removed
+    whatever happens."""
     if pairs < 2:
         raise UsageError(f"--pairs {pairs}: allowed 2 or more (an interval needs several pairs)")
     if not 0 < confidence < 1:
         raise UsageError(f"--confidence {confidence}: allowed a number between 0 and 1, e.g. 0.95")
+    if interleave not in INTERLEAVE:
+        raise UsageError(f"--interleave {interleave}: allowed {', '.join(INTERLEAVE)}")
+    taken = [a for a in pytest_args if a.split("=")[0] in ("--numa-repeats", "--numa-ab-base", "--numa-ab-base-env",
+                                                           "--numa-ab-head-env", "--benchmark-compare")]
+    if taken:
+        raise UsageError(f"pytest argument {taken[0]}: numabench ab sets it (pairs: --pairs; environments: "
+                         "--base-env, --head-env); allowed the selection and its options")
     repo = repo_root(cwd or Path.cwd())
     tmp = Path(tempfile.mkdtemp(prefix="numabench-ab-"))
     try:
@@ -264,11 +326,14 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             for label, side in sides.items():
                 progress(f"building {label} ({side.label}) in {side.path}")
                 build_side(side)
-            measured = measure(sides, pytest_args, pairs, tmp, invoke_one, progress)
+            if interleave == "rounds":
+                progress(f"{pairs} pairs, rounds alternating between base and head in one session")
+                measured = invoke_both(sides["base"], sides["head"], pytest_args, pairs, tmp / "ab.json")
+            else:
+                measured = measure(sides, pytest_args, pairs, tmp, invoke_one, progress)
         res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence,
-                       coarsest_pct=coarsest_pct, selection=list(pytest_args))
+                       coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave)
         res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct)
         return res
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-

@@ -55,7 +55,9 @@ def headline(res: ABResult) -> str:
 
 
 def rule_line(res: ABResult) -> str:
-    return (f"{res.pairs} pairs of invocations in ABBA order; ratio head/base: geometric mean of the pair ratios, "
+    how = "pairs of fresh workers, rounds alternating between the sides" if res.interleave == "rounds" \
+        else "pairs of invocations in ABBA order"
+    return (f"{res.pairs} {how}; ratio head/base: geometric mean of the pair ratios, "
             f"{res.confidence:.0%} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
             f"{res.threshold_pct:g}%; unresolved where the interval's relative half-width (the resolution) is "
             f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured")
@@ -151,7 +153,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "base": _side_json(res.base), "head": _side_json(res.head),
         "hardware_key": res.hardware_key, "selection": list(res.selection), "pairs": res.pairs,
-        "order": "ABBA", "threshold_pct": res.threshold_pct, "confidence": res.confidence,
+        "order": "ABBA", "interleave": res.interleave, "threshold_pct": res.threshold_pct, "confidence": res.confidence,
         "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "counts": counts(res),
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
         "entries": [{
@@ -176,7 +178,9 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
         res = ABResult(side(data["base"]), side(data["head"]), int(data["pairs"]), float(data["threshold_pct"]),
                        float(data["confidence"]), missing=list(data.get("missing") or []),
                        coarsest_pct=float(data["coarsest_pct"]), selection=list(data.get("selection") or []),
-                       hardware_key=data.get("hardware_key"))
+                       hardware_key=data.get("hardware_key"),
+                       # saved before the rounds mode existed: whole invocations
+                       interleave=str(data.get("interleave") or "invocations"))
         for e in data["entries"]:
             low, high = e["interval"]
             res.rows.append(ABRow(e["name"], [float(v) for v in e["base_medians_s"]],

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Mapping
 
 SLOWDOWN_ENV = "NUMABENCH_INJECT_SLOWDOWN"
 
 
-def slowdown_factor() -> float:
-    """F from the environment (1.0 when unset); a value that is not a number >= 1 is an error."""
-    text = os.environ.get(SLOWDOWN_ENV, "").strip()
+def slowdown_factor(env: Mapping[str, str] | None = None) -> float:
+    """F from the environment (``env``, else this process's; 1.0 when unset); a value that is not
+    a number >= 1 is an error."""
+    text = (os.environ if env is None else env).get(SLOWDOWN_ENV, "").strip()
     if not text:
         return 1.0
     try:

@@ -36,7 +36,7 @@ SETUP_TIMEOUT_MIN_S = float(os.environ.get("NUMABENCH_SETUP_TIMEOUT_MIN_S") or 1
 
 class WorkerGroup:
     def __init__(self, commands: Sequence[Sequence[str]], env: dict[str, str] | Sequence[dict[str, str]],
-                 timeout_s: float = 300.0) -> None:
+                 timeout_s: float = 300.0, cwd: str | None = None) -> None:
         if not timeout_s > 0:
             raise ValueError(f"worker timeout {timeout_s!r} s: allowed a positive number of seconds")
         self.timeout_s = timeout_s
@@ -60,7 +60,7 @@ class WorkerGroup:
                 err = tempfile.TemporaryFile()
                 self._stderr.append(err)
                 self.procs.append(subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                   stderr=err, env=e, start_new_session=True))
+                                                   stderr=err, env=e, cwd=cwd, start_new_session=True))
                 self._buffers.append(b"")
         except BaseException:
             self.close()
@@ -148,6 +148,12 @@ class WorkerGroup:
         """Send each rank its own spec; returns each rank's setup answer (a ``SetupDone`` as JSON,
         parsed by the caller with its family's reply class: numabench.replies). Waits at least
         SETUP_TIMEOUT_MIN_S unless ``timeout_s`` says otherwise."""
+        self.send_setup(specs)
+        return self.receive_setup(timeout_s)
+
+    def send_setup(self, specs: Sequence[dict[str, Any]]) -> None:
+        """The first half of :meth:`setup`: several groups set up at once when each is sent its
+        specs before any answer is awaited."""
         self.doing = "setup"
         for rank, (p, spec) in enumerate(zip(self.procs, specs)):
             try:
@@ -156,6 +162,9 @@ class WorkerGroup:
                 p.stdin.flush()
             except (BrokenPipeError, OSError):
                 self._fail(rank, f"exited with code {p.poll()} before setup")
+
+    def receive_setup(self, timeout_s: float | None = None) -> list[dict[str, Any]]:
+        """The second half of :meth:`setup`."""
         return [r["info"] for r in self._receive(timeout_s or max(self.timeout_s, SETUP_TIMEOUT_MIN_S))]
 
     def step(self, payload: dict[str, Any] | None = None, timeout_s: float | None = None) -> list[dict[str, float]]:

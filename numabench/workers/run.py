@@ -1,4 +1,5 @@
-"""Run one case: set weights, launch a worker per rank, check placement, time rounds.
+"""Run one case: set weights, launch a worker per rank, check placement, time rounds (of one
+checkout's workers, or of two checkouts' alternating: numabench.workers.sides).
 
 Returns numbers only; pytest glue decides what becomes a benchmark entry.
 Per round, each phase's value is the max over ranks (the slowest rank bounds
@@ -10,11 +11,11 @@ import contextlib
 import dataclasses
 import sys
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from numabench import faults as faultlib
 from numabench.cases import Case, CaseResult, Rank, RankPlacement, retired_env_error
-from numabench.errors import PlacementError, UsageError
+from numabench.errors import PlacementError, UsageError, WorkerError
 from numabench.families.base import Family, WorkerSpec
 from numabench.replies import SetupDone
 from numabench.machine.capabilities import Capabilities
@@ -23,6 +24,7 @@ from numabench.numa.launch import build_command, worker_env
 from numabench.numa.placement import Expectation, compare
 from numabench.numa.weights import WeightSetting
 from numabench.toolkit.inject import slowdown_factor
+from numabench.workers.sides import THIS_SIDE, WorkerSide
 
 
 def run_case(case: Case, family: Family, topology: Topology, caps: Capabilities, *, rounds: int,
@@ -49,12 +51,37 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
     updated here; workers skip those (a kernel checked on a GPU at a dtype stays checked:
     a session checks each once instead of paying a check, and its imports, in every run).
     None: every worker runs its checks."""
+    return run_sides(case, variants, family, topology, caps, rounds=rounds, warmup=warmup, launcher=launcher,
+                     timeout_s=timeout_s, tolerance_pp=tolerance_pp, spec_extra=spec_extra, rank_nodes=rank_nodes,
+                     rank_gpus=rank_gpus, verified={THIS_SIDE.label: verified})[THIS_SIDE.label]
+
+
+def round_order(labels: Sequence[str], round_no: int) -> list[str]:
+    """The sides in the order they step in round ``round_no``: A B, B A, A B, ... so that a drift
+    of the machine within a round hits both alike."""
+    return list(labels) if round_no % 2 == 0 else list(reversed(labels))
+
+
+def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: Family, topology: Topology,
+              caps: Capabilities, *, rounds: int, warmup: int, sides: Sequence[WorkerSide] = (THIS_SIDE,),
+              launcher: str = "auto", timeout_s: float = 600.0, tolerance_pp: float = 2.0,
+              spec_extra: dict[str, Any] | None = None, rank_nodes: list[int] | None = None,
+              rank_gpus: list[int] | None = None,
+              verified: dict[str, dict[str, Any] | None] | None = None) -> dict[str, list[CaseResult]]:
+    """run_variants for several sides at once (numabench.workers.sides: whose code the workers
+    run): each side's workers start and set up together, each side's placement is checked, and
+    the timed rounds alternate between the sides (A B, B A, ...) and, inside a side, between the
+    variants, so that the machine's drift over seconds hits every side alike. Returns each side's
+    results by its label. ``verified``: per side label, as run_variants' (a side's own checks)."""
+    if not sides or len({s.label for s in sides}) != len(sides):
+        raise ValueError(f"sides {[s.label for s in sides]}: allowed one or more, each label once")
     ranks: list[Rank] = family.ranks(case, topology)
     if rank_nodes is not None:
         ranks = [Rank(r.index, r.gpu, n, n) for r, n in zip(ranks, rank_nodes)]
     if rank_gpus is not None:
         ranks = [dataclasses.replace(r, gpu=g) for r, g in zip(ranks, rank_gpus)]
-    slowdown = slowdown_factor()  # the workers pad their phases; checked here before any starts
+    # the workers pad their phases; checked here before any starts
+    slowdowns = {s.label: slowdown_factor(s.environment()) for s in sides}
     retired = retired_env_error()  # a knob's old variable: the workers no longer read it
     if retired:
         raise UsageError(retired)
@@ -63,7 +90,7 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
         from numabench.kernels.prebuild import ensure_built
         ensure_built(kernels)
     misplace = faultlib.parent_fault("misplace")  # also checks NUMABENCH_FAULT before any worker starts
-    commands, specs, resolved = [], [], []
+    commands, rank_specs, resolved = [], [], []
     how = "none"
     # once per run: every rank must get the same values (e.g. the process group's rendezvous port)
     extra = {**(family.spec_extra(case) if family.spec_extra else {}), **(spec_extra or {})}
@@ -82,72 +109,103 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
                                        cpus=r.cpus)
         how = how_r if how in ("none", how_r) else "mixed"
         commands.append(cmd)
-        specs.append(WorkerSpec(
+        rank_specs.append(dict(
             rank=r.index, nprocess=case.nprocess, gpu=r.gpu, **family.spec_size(case.numel_per_rank), dtype=case.dtype,
             policy=policy, cpu_node=r.cpu_node, variants=tuple(dict(v) for v in variants),
             cpus=tuple(r.cpus) if r.cpus else tuple(topology.node(r.cpu_node).cpus) if r.cpu_node is not None
             else None,
             # ranks whose threads share those CPUs: a worker sizes its thread pool by it
             cpu_share=1 if r.cpus else sum(1 for o in ranks if o.cpu_node == r.cpu_node and not o.cpus),
-            verified=dict(verified or {}), extra=extra))
+            extra=extra))
+    verified = verified or {}
     weights = WeightSetting(case.policy.weight_map) if case.policy.kind == "weighted" else contextlib.nullcontext()
     from numabench.workers.group import WorkerGroup
 
-    results = []
+    labels = [s.label for s in sides]
     t0 = time.perf_counter()
-    with weights, WorkerGroup(commands, worker_env(), timeout_s=timeout_s) as group:
-        dones = [SetupDone.from_dict(d, family.setup_reply) for d in group.setup([s.to_dict() for s in specs])]
-        if verified is not None:
-            for done in dones:
-                verified.update(done.verified)
+    with weights, contextlib.ExitStack() as stack:
+        groups = {s.label: stack.enter_context(WorkerGroup(commands, s.environment(), timeout_s=timeout_s,
+                                                           cwd=s.cwd)) for s in sides}
+        dones: dict[str, list[SetupDone]] = {}
+        for s in sides:
+            checked = verified.get(s.label)
+            _side_call(s, sides, groups[s.label].send_setup,
+                       [WorkerSpec(**spec, verified=dict(checked or {})).to_dict() for spec in rank_specs])
+        for s in sides:
+            dones[s.label] = [SetupDone.from_dict(d, family.setup_reply)
+                              for d in _side_call(s, sides, groups[s.label].receive_setup)]
+            if verified.get(s.label) is not None:
+                for done in dones[s.label]:
+                    verified[s.label].update(done.verified)
         t_checks = time.perf_counter()
-        parts = fixed_parts(dones, group.started_at)
-        placements = []
-        for r, policy, done in zip(ranks, resolved, dones):
-            report = done.info.placement
-            expected = policy.expectation(cpu_node=r.cpu_node)
-            if any(f.rank in (None, r.index) for f in misplace):  # fault injection: a promise nobody keeps
-                expected = Expectation(within=(max(topology.node_ids, default=0) + 1,))
-            verdict = compare(report, expected, tolerance_pp) if expected else None
-            placements.append(RankPlacement(r.index, str(policy), report, verdict))
-        bad = [p for p in placements if p.verdict and not p.verdict.ok]
-        if bad:
-            raise PlacementError("; ".join(f"rank {p.rank} under {p.policy}: {p.verdict.message}" for p in bad))
-        # Variants take turns round by round, so slow drifts of a shared machine
-        # (other tenants, clocks, page migration) hit every variant alike.
+        first = labels[0]
+        parts = fixed_parts(dones[first], groups[first].started_at)
+        placements: dict[str, list[RankPlacement]] = {}
+        for s in sides:
+            placements[s.label] = []
+            for r, policy, done in zip(ranks, resolved, dones[s.label]):
+                report = done.info.placement
+                expected = policy.expectation(cpu_node=r.cpu_node)
+                if any(f.rank in (None, r.index) for f in misplace):  # fault injection: a promise nobody keeps
+                    expected = Expectation(within=(max(topology.node_ids, default=0) + 1,))
+                verdict = compare(report, expected, tolerance_pp) if expected else None
+                placements[s.label].append(RankPlacement(r.index, str(policy), report, verdict))
+            bad = [p for p in placements[s.label] if p.verdict and not p.verdict.ok]
+            if bad:
+                where = "" if len(sides) == 1 else f"{s.describe()}: "
+                raise PlacementError(where + "; ".join(f"rank {p.rank} under {p.policy}: {p.verdict.message}"
+                                                       for p in bad))
+        # Variants take turns round by round, and sides too, so slow drifts of a shared machine
+        # (other tenants, clocks, page migration) hit every variant and side alike.
         payloads = [{"variant": dict(v)} for v in variants]
         t_steps = time.perf_counter()
         parts["checks"] = t_steps - t_checks
-        for _ in range(warmup):
-            for payload in payloads:
-                group.step(payload)
-        per_rank = [[dict() for _ in ranks] for _ in variants]
-        phases: list[dict[str, list[float]]] = [dict() for _ in variants]
-        for _ in range(rounds):
-            for k, payload in enumerate(payloads):
-                times = group.step(payload)
-                for i, t in enumerate(times):
-                    for ph, v in t.items():
-                        per_rank[k][i].setdefault(ph, []).append(v)
-                for ph in times[0]:
-                    phases[k].setdefault(ph, []).append(max(t[ph] for t in times))
+        by_label = {s.label: s for s in sides}
+        for n in range(warmup):
+            for label in round_order(labels, n):
+                for payload in payloads:
+                    _side_call(by_label[label], sides, groups[label].step, payload)
+        per_rank = {label: [[dict() for _ in ranks] for _ in variants] for label in labels}
+        phases: dict[str, list[dict[str, list[float]]]] = {label: [dict() for _ in variants] for label in labels}
+        for n in range(rounds):
+            for label in round_order(labels, n):
+                for k, payload in enumerate(payloads):
+                    times = _side_call(by_label[label], sides, groups[label].step, payload)
+                    for i, t in enumerate(times):
+                        for ph, v in t.items():
+                            per_rank[label][k][i].setdefault(ph, []).append(v)
+                    for ph in times[0]:
+                        phases[label][k].setdefault(ph, []).append(max(t[ph] for t in times))
         steps_s = time.perf_counter() - t_steps
         t_close = time.perf_counter()
-        for k, variant in enumerate(variants):
-            results.append(CaseResult(case=Case(case.family, case.nprocess, case.numel, case.policy, case.dtype,
-                                                variant),
-                                      phases=phases[k], per_rank=per_rank[k],
-                                      setup_info=[d.info for d in dones], affinity=[d.affinity for d in dones],
-                                      placement=placements, launcher=how, commands=commands, slowdown=slowdown))
+        results: dict[str, list[CaseResult]] = {label: [] for label in labels}
+        for s in sides:
+            for k, variant in enumerate(variants):
+                results[s.label].append(CaseResult(
+                    case=Case(case.family, case.nprocess, case.numel, case.policy, case.dtype, variant),
+                    phases=phases[s.label][k], per_rank=per_rank[s.label][k],
+                    setup_info=[d.info for d in dones[s.label]], affinity=[d.affinity for d in dones[s.label]],
+                    placement=placements[s.label], launcher=how, commands=commands, slowdown=slowdowns[s.label]))
     # The run's cost, for time plans: fixed (start, set-up, checks, teardown) and per step request
     t_end = time.perf_counter()
     fixed_s = t_end - t0 - steps_s
     parts["close"] = t_end - t_close
     parts = {k: round(v, 3) for k, v in parts.items()}
-    for r in results:
-        r.fixed_s, r.step_wall_s = fixed_s, steps_s / max(1, (warmup + rounds) * len(variants))
-        r.fixed_parts_s = parts
+    for side_results in results.values():
+        for r in side_results:
+            r.fixed_s, r.step_wall_s = fixed_s, steps_s / max(1, (warmup + rounds) * len(variants) * len(sides))
+            r.fixed_parts_s = parts
     return results
+
+
+def _side_call(side: WorkerSide, sides: Sequence[WorkerSide], fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` on one side's group; with several sides, a failure names the side."""
+    try:
+        return fn(*args)
+    except WorkerError as e:
+        if len(sides) == 1:
+            raise
+        raise WorkerError(f"{side.describe()}: {e}") from None
 
 
 def fixed_parts(dones: list[SetupDone], started_at: float) -> dict[str, float]:

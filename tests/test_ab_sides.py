@@ -1,0 +1,92 @@
+"""--numa-ab-base: one session times every case with this checkout's workers and another
+checkout's, rounds alternating (fixtures.ab_sides, numabench.workers.run.run_sides).
+
+End to end on the CPU with the touch family: the base checkout is a copy of this package whose
+touch worker sleeps 0.1 s in its timed phase, so only workers that import the base's code can
+be 0.1 s slower (a difference no load on the runner makes up: asserted per pair); the head's
+environment reaches the head's workers only. And the options' bad values."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import fake_caps
+from numabench.cases import Case
+from numabench.families import family
+from numabench.machine.topology import discover
+from numabench.numa.policy import parse_policies
+from numabench.workers.run import round_order
+from numabench.workers.sides import checkout_side
+
+ROOT = Path(__file__).resolve().parents[1]
+SLEEP_S = 0.1
+SESSION = [sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "--numa-policies=default",
+           "--param-sizes=1M", "--numa-rounds=3", "--numa-warmup=1", "-p", "no:cacheprovider", "-q"]
+
+
+def slow_base(tmp_path: Path) -> Path:
+    """A checkout whose touch worker sleeps SLEEP_S inside its timed phase."""
+    base = tmp_path / "base"
+    shutil.copytree(ROOT / "numabench", base / "numabench", ignore=shutil.ignore_patterns("__pycache__"))
+    worker = base / "numabench" / "families" / "touch" / "worker.py"
+    text = worker.read_text()
+    timed = "        ctypes.memset(self.addr, value, self.nbytes)\n"
+    assert timed in text, "the touch worker's timed line moved: update this test"
+    worker.write_text(text.replace(timed, timed + f"        time.sleep({SLEEP_S})\n"))
+    return base
+
+
+def test_the_base_side_runs_the_base_checkouts_workers_round_by_round(tmp_path):
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={slow_base(tmp_path)}",
+                           "--numa-ab-head-env=NUMABENCH_INJECT_SLOWDOWN=1.01", f"--benchmark-json={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (entry,) = json.loads(out.read_text())["benchmarks"]
+    extra = entry["extra_info"]
+    head, base = extra["invocation_medians_s"], extra["ab_base"]["invocation_medians_s"]
+    assert len(head) == len(base) == 2  # one pair per invocation
+    assert all(b - h > SLEEP_S / 2 for b, h in zip(base, head)), (head, base)
+    assert all(h < SLEEP_S / 2 for h in head)
+    assert extra["rounds"] == 6 and extra["injected_slowdown"] == 1.01  # the head's rounds are the entry
+    assert extra["ab_base"]["injected_slowdown"] == 1.0  # the head's variable never reached the base
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--numa-ab-base=/nonexistent/checkout"], "--numa-ab-base: base checkout '/nonexistent/checkout': allowed a "
+                                                "numabench checkout"),
+    (["--numa-ab-base-env=X=1"], "--numa-ab-base-env needs --numa-ab-base=CHECKOUT"),
+    ([f"--numa-ab-base={ROOT}", "--numa-ab-head-env=X"], "--numa-ab-head-env 'X': allowed NAME=VALUE"),
+    ([f"--numa-ab-base={ROOT}", "--benchmark-compare"], "allowed one of them"),
+], ids=["not-a-checkout", "env-without-base", "env-without-value", "with-compare"])
+def test_bad_ab_options_are_usage_errors(args, message):
+    proc = subprocess.run([*SESSION, *args, "--collect-only"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4 and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_rounds_alternate_which_side_steps_first():
+    assert [round_order(["base", "head"], n) for n in range(4)] == [
+        ["base", "head"], ["head", "base"], ["base", "head"], ["head", "base"]]
+
+
+def test_a_side_imports_its_own_checkout_first(tmp_path):
+    side = checkout_side("base", slow_base(tmp_path), {"X": "1"})
+    env = side.environment()
+    assert env["PYTHONPATH"].split(":")[0] == str(tmp_path / "base") and env["X"] == "1"
+    assert side.cwd == str(tmp_path / "base")
+
+
+def test_a_case_must_fit_twice_when_both_sides_are_alive():
+    topo = discover(ROOT / "tests" / "data" / "machines" / "vm-1node")
+    have = sum(n.mem_total_bytes for n in topo.nodes)
+    fam = family("touch")
+    numel = int(0.6 * have / fam.host_bytes_per_element(Case("touch", 1, 1, parse_policies("default")[0], "fp32")))
+    case = Case("touch", 1, numel, parse_policies("default")[0], "fp32")  # 60% of the memory: fits once, not twice
+    assert fam.skip_reason(case, topo, fake_caps()) is None
+    reason = fam.skip_reason(case, topo, fake_caps(), copies=2)
+    assert reason and "(2 copies alive at once: a same-runner A/B)" in reason
