@@ -74,6 +74,7 @@ class RunPlan:
     seconds: float  # kernel builds it waits for included (build_s)
     source: str  # "baseline...", or "model..." (see plan_runs)
     build_s: float = 0.0
+    steps_s: float = 0.0  # of ``seconds``, the step requests (the rest: start, set-up, checks, builds)
 
 
 @dataclass
@@ -85,7 +86,8 @@ class Plan:
 
     def to_dict(self) -> dict:
         """The figures an A/B estimate (numabench.results.ab_plan) builds on."""
-        return {"seconds": self.seconds, "entries": sum(r.entries for r in self.runs), "runs": len(self.runs),
+        return {"seconds": self.seconds, "steps_seconds": sum(r.steps_s for r in self.runs),
+                "entries": sum(r.entries for r in self.runs), "runs": len(self.runs),
                 "builds": [{"kernel": b.kernel, "seconds": b.seconds, "source": b.source} for b in self.builds],
                 "kernels": list(self.kernels), "baseline": self.baseline}
 
@@ -155,16 +157,17 @@ def family_start_seconds(recorded: Iterable[tuple["Family", "Case", float]]) -> 
 
 
 def baseline_seconds(family: "Family", entries: Sequence[dict], steps: int, setup_fallback_s: float,
-                     variants: int) -> tuple[float, str] | None:
-    """From the baseline's entries of this run, or None: its recorded fixed cost and wall time
-    per step request where saved (``run_fixed_s``, ``run_step_wall_s``), else the medians of
-    the phases that make up a round (every variant needed) and a modelled set-up."""
+                     variants: int) -> tuple[float, float, str] | None:
+    """From the baseline's entries of this run, or None: (seconds, of which step requests,
+    source): its recorded fixed cost and wall time per step request where saved
+    (``run_fixed_s``, ``run_step_wall_s``), else the medians of the phases that make up a round
+    (every variant needed) and a modelled set-up."""
     recorded = [(b["extra_info"]["run_fixed_s"], b["extra_info"]["run_step_wall_s"]) for b in entries
                 if (b.get("extra_info") or {}).get("run_step_wall_s")]
     if recorded:
         fixed = statistics.median(r[0] for r in recorded)
         step = statistics.median(r[1] for r in recorded)
-        return fixed + steps * step, "baseline"
+        return fixed + steps * step, steps * step, "baseline"
     phases = family.round_phases or family.phases
     per_variant: dict[str, float] = {}
     for b in entries:
@@ -176,7 +179,7 @@ def baseline_seconds(family: "Family", entries: Sequence[dict], steps: int, setu
     if not per_variant or len(per_variant) < variants:
         return None
     round_s = sum(per_variant.values()) / len(per_variant)
-    return setup_fallback_s + steps * round_s, "baseline rounds, modelled set-up"
+    return setup_fallback_s + steps * round_s, steps * round_s, "baseline rounds, modelled set-up"
 
 
 def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], baseline: dict | None,
@@ -210,8 +213,12 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
         start = starts.get(fam.key)
         setup_fallback = model_setup_seconds(fam, case, gpus, start)
         found = baseline_seconds(fam, by_run.get(key, []), variants * (warmup + rounds), setup_fallback, variants)
-        seconds, source = found if found else (model_seconds(fam, case, variants, rounds, warmup, gpus, start),
-                                               "model" if start is None else "model, start-up from the baseline")
+        if found:
+            seconds, steps_s, source = found
+        else:
+            seconds = model_seconds(fam, case, variants, rounds, warmup, gpus, start)
+            steps_s = seconds - model_setup_seconds(fam, case, gpus, start)
+            source = "model" if start is None else "model, start-up from the baseline"
         build_s = 0.0
         for k in fam.kernels:
             if k in checked or (needed is not None and k not in needed):
@@ -223,6 +230,6 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
             else:
                 plan.builds.append(build)
                 build_s += build.seconds
-        plan.runs.append(RunPlan(key, fam.key, entries, seconds + build_s, source, build_s))
+        plan.runs.append(RunPlan(key, fam.key, entries, seconds + build_s, source, build_s, steps_s))
     plan.kernels = sorted(checked)
     return plan

@@ -99,5 +99,6 @@ def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     assert "::notice title=numabench A/B::numabench A/B: " in out.stdout
     assert ("::error title=numabench A/B slower" in out.stdout) == bool(slower)
     log = (results / "ab.log").read_text()
-    assert "numabench A/B: " in log and "[ab] pair 2/2" in log
+    assert "numabench A/B: " in log and "[ab] 2 pairs, rounds alternating between base and head" in log
+    assert data["interleave"] == "rounds"  # the default: both sides' workers in one session
     assert worktrees() == before  # both checkouts removed

@@ -1,6 +1,7 @@
 """numabench plan --ab-pairs N: the time of an A/B run is the arithmetic of its parts (two
-builds, 2N invocations of the selection, each the plan less its kernel builds plus pytest's
-start and collection), and the CLI prints it after the plan line."""
+builds, then one session of N pairs, each the plan less its kernel builds with its steps
+twice; or, by whole invocations, 2N invocations of the selection, each the plan less its
+kernel builds plus pytest's start and collection), and the CLI prints it after the plan line."""
 from __future__ import annotations
 
 import os
@@ -22,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_the_estimate_is_the_arithmetic_of_its_parts():
     plan = {"seconds": 100.0, "builds": [{"kernel": "cpu_adam", "seconds": 45.0, "source": "default estimate"}],
-            "kernels": ["cpu_adam", "stream"]}
+            "kernels": ["cpu_adam", "stream"], "steps_seconds": 20.0}
     kernels = {"stream": (True, 30.0), "cpu_adam": (False, 45.0), "cuda_adam": (False, 120.0)}
-    est = ab_estimate(plan, 3, session_s=4.0, kernels=kernels)
+    est = ab_estimate(plan, 3, session_s=4.0, kernels=kernels, interleave="invocations")
     invocation = 100.0 - 45.0 + KERNEL_CACHED_S + 4.0  # kernels built by then: checked only
     head = KERNEL_CACHED_S + 45.0 + 120.0  # stream built already; the other two compiled
     base = 3 * KERNEL_CACHED_S  # the head's sources: built by the head's build
@@ -32,7 +33,12 @@ def test_the_estimate_is_the_arithmetic_of_its_parts():
     assert (est.head_build_s, est.base_build_s) == pytest.approx((head, base))
     assert est.seconds == pytest.approx(head + base + 6 * invocation)
     assert est.seconds_if_base_compiles == pytest.approx(head + 30.0 + 45.0 + 120.0 + 6 * invocation)
-    assert "(A/B, 3 pairs)" in est.summary() and "6 invocations" in est.summary()
+    assert "(A/B, 3 pairs, invocations interleaved)" in est.summary() and "6 invocations" in est.summary()
+    rounds = ab_estimate(plan, 3, session_s=4.0, kernels=kernels)  # the default: one session, both sides' rounds
+    pair = 100.0 - 45.0 + KERNEL_CACHED_S + 20.0  # fixed costs once (both sides set up together), steps twice
+    assert rounds.pair_s == pytest.approx(pair)
+    assert rounds.seconds == pytest.approx(head + base + 4.0 + 3 * pair)
+    assert "(A/B, 3 pairs, rounds interleaved)" in rounds.summary() and "3 pairs x" in rounds.summary()
     with pytest.raises(ValueError, match="pairs 1"):
         ab_estimate(plan, 1, 4.0, kernels)
 
@@ -62,11 +68,12 @@ def test_numabench_plan_prints_the_ab_estimate(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     plan_line, ab_line = out.stdout.strip().splitlines()
     assert plan_line.startswith("numabench plan: 1 entries in 1 worker runs")
-    m = re.match(r"numabench plan \(A/B, 2 pairs\): (~[\d.]+ (?:s|min)): builds (~[\d.]+ (?:s|min)) \(head\) \+ "
-                 r"(~[\d.]+ (?:s|min)) \(base.*then 4 invocations x (~[\d.]+ (?:s|min)) .*\+ ([\d.]+) s pytest start",
-                 ab_line)
+    m = re.match(r"numabench plan \(A/B, 2 pairs, rounds interleaved\): (~[\d.]+ (?:s|min)): builds "
+                 r"(~[\d.]+ (?:s|min)) \(head\) \+ (~[\d.]+ (?:s|min)) \(base.*then one session \(([\d.]+) s pytest "
+                 r"start and collection as timed here\) of 2 pairs x (~[\d.]+ (?:s|min)) ", ab_line)
     assert m, ab_line
-    total, head, base, invocation = (_seconds(m.group(i)) for i in range(1, 5))
+    total, head, base = (_seconds(m.group(i)) for i in range(1, 4))
+    session, pair = float(m.group(4)), _seconds(m.group(5))
     assert head >= KERNEL_BUILD_S["stream"] + KERNEL_BUILD_S["cpu_adam"]  # numabench build compiles both
-    assert total == pytest.approx(head + base + 4 * invocation, abs=3)  # each figure rounded to a second
-    assert float(m.group(5)) > 0
+    assert total == pytest.approx(head + base + session + 2 * pair, abs=3)  # each figure rounded to a second
+    assert session > 0

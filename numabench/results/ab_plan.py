@@ -1,5 +1,12 @@
 """The time an A/B run (``numabench ab``) will take, from the time plan of one invocation of
-its selection (numabench.plan, from this hardware key's baseline where it holds the runs):
+its selection (numabench.plan, from this hardware key's baseline where it holds the runs).
+Rounds interleaved in one session (the default): each pair starts and sets up both sides'
+workers together (in parallel) and steps each side's rounds in turn:
+
+    head's build + base's build + pytest's start and collection
+        + pairs x (the plan less its kernel builds and its steps + 2 x its steps)
+
+Whole invocations (``--interleave=invocations``):
 
     head's build + base's build + pairs x 2 x (the plan less its kernel builds + pytest's start and collection)
 
@@ -45,6 +52,8 @@ class ABEstimate:
     head_build_s: float  # numabench build in the head's checkout
     base_build_s: float  # numabench build in the base's: its kernels of the head's sources, checked only
     base_compile_s: float  # the same where the base's kernel sources differ: every kernel compiled
+    plan_steps_s: float = 0.0  # of plan_s, the step requests
+    interleave: str = "rounds"  # numabench.results.ab.INTERLEAVE
 
     @property
     def invocation_s(self) -> float:
@@ -52,29 +61,51 @@ class ABEstimate:
         return self.plan_s - self.plan_builds_s + self.plan_unbuilt * KERNEL_CACHED_S + self.session_s
 
     @property
+    def pair_s(self) -> float:
+        """One pair of the rounds mode: each run's fixed cost once (both sides set up together), its
+        steps twice."""
+        return self.invocation_s - self.session_s + self.plan_steps_s
+
+    @property
+    def measuring_s(self) -> float:
+        if self.interleave == "rounds":
+            return self.session_s + self.pairs * self.pair_s
+        return 2 * self.pairs * self.invocation_s
+
+    @property
     def seconds(self) -> float:
-        return self.head_build_s + self.base_build_s + 2 * self.pairs * self.invocation_s
+        return self.head_build_s + self.base_build_s + self.measuring_s
 
     @property
     def seconds_if_base_compiles(self) -> float:
         return self.seconds - self.base_build_s + self.base_compile_s
 
     def summary(self) -> str:
-        return (f"numabench plan (A/B, {self.pairs} pairs): ~{duration(self.seconds)}: builds ~"
-                f"{duration(self.head_build_s)} (head) + ~{duration(self.base_build_s)} (base, kernels of the "
-                f"head's sources), then {2 * self.pairs} invocations x ~{duration(self.invocation_s)} (the plan "
-                f"above less its kernel builds, + {self.session_s:.1f} s pytest start and collection as timed "
-                f"here); ~{duration(self.seconds_if_base_compiles)} where the base's kernel sources differ "
-                f"(its build ~{duration(self.base_compile_s)})")
+        builds = (f"builds ~{duration(self.head_build_s)} (head) + ~{duration(self.base_build_s)} (base, kernels "
+                  f"of the head's sources)")
+        if self.interleave == "rounds":
+            then = (f"then one session ({self.session_s:.1f} s pytest start and collection as timed here) of "
+                    f"{self.pairs} pairs x ~{duration(self.pair_s)} (the plan above less its kernel builds, its "
+                    f"{duration(self.plan_steps_s)} of steps twice: both sides' rounds)")
+        else:
+            then = (f"then {2 * self.pairs} invocations x ~{duration(self.invocation_s)} (the plan above less its "
+                    f"kernel builds, + {self.session_s:.1f} s pytest start and collection as timed here)")
+        return (f"numabench plan (A/B, {self.pairs} pairs, {self.interleave} interleaved): "
+                f"~{duration(self.seconds)}: {builds}, {then}; ~{duration(self.seconds_if_base_compiles)} where the "
+                f"base's kernel sources differ (its build ~{duration(self.base_compile_s)})")
 
 
-def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[str, tuple[bool, float]]) -> ABEstimate:
+def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[str, tuple[bool, float]],
+                interleave: str = "rounds") -> ABEstimate:
     """``plan``: numabench.plan.Plan.to_dict() of one invocation; ``kernels``: build_kernels()."""
     if pairs < 2:
         raise ValueError(f"pairs {pairs}: allowed 2 or more")
+    if interleave not in ("rounds", "invocations"):
+        raise ValueError(f"interleave {interleave!r}: allowed rounds, invocations")
     builds = plan.get("builds") or []
     return ABEstimate(
         pairs=pairs, plan_s=float(plan["seconds"]), plan_builds_s=sum(float(b["seconds"]) for b in builds),
         plan_unbuilt=len(builds), session_s=session_s,
         head_build_s=sum(KERNEL_CACHED_S if done else s for done, s in kernels.values()),
-        base_build_s=len(kernels) * KERNEL_CACHED_S, base_compile_s=sum(s for _, s in kernels.values()))
+        base_build_s=len(kernels) * KERNEL_CACHED_S, base_compile_s=sum(s for _, s in kernels.values()),
+        plan_steps_s=float(plan.get("steps_seconds") or 0.0), interleave=interleave)
