@@ -58,11 +58,15 @@ class Recipe:
     reference: str  # the no-offload mode of the same recipe
 
     def label(self) -> str:
-        """One line for a table cell."""
+        """The whole recipe in one line."""
         return f"{self.weights}; master {self.master}; moments {self.moments}; grads {self.grads}"
 
+    def short(self) -> str:
+        """The recipe's name and where its master lives, for a table cell."""
+        return f"{self.name} ({'host' if self.master.startswith('fp32 on host') else 'device'})"
+
     def to_dict(self) -> dict[str, str]:
-        return {**asdict(self), "label": self.label()}
+        return {**asdict(self), "label": self.label(), "short": self.short()}
 
 
 def _place(mode: str) -> str:
