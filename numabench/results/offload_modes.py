@@ -111,7 +111,8 @@ def _measured_row(e, x: dict) -> ModeRow:
         e.name, str(x.get("mode", "ddp")), str(x.get("model", "")), str(e.axes["dtype"]), int(e.axes["nprocess"]),
         str(e.axes["policy"]), str(x.get("cpu_bind", "")), e.median_s * 1e3, tokens_per_s,
         x.get("forward_ms"), x.get("backward_ms"), x.get("optimizer_ms"), x.get("cpu_adam_ms"),
-        x.get("gpu_idle_fraction_min"), x.get("gpu_idle_fraction"), x.get("pcie_bytes_per_param"),
+        x.get("gpu_idle_fraction_min"), x.get("gpu_idle_fraction"),
+        sum(pcie_bytes_by_direction(str(x.get("mode", "ddp")), str(e.axes["dtype"]))),  # the model the bounds use
         x.get("n_params"), _max_or_none(x.get("mem_peak_per_rank_bytes")),
         _max_or_none(x.get("mem_peak_reserved_per_rank_bytes")),
         _first_dict(x.get("host_total_bytes_by_node_per_rank")) or {},
