@@ -28,8 +28,9 @@ DeepSpeed's CPU accelerator); a model made on the host (every size but those wit
 Activations per rank: batch x seq x d_model x layers x 34 bytes in bf16 (68 in fp32; Korthikanti
 et al.'s per-layer figure without the attention matrix, which scaled_dot_product_attention does
 not keep) plus the logits, batch x seq x vocab x 14 bytes (bf16 logits, their fp32 copy, the
-saved log-softmax; 12 in fp32). On an H100 this gives 28 GB for the small model at batch 32
-(measured peak: 25.6 GB) and 30 GB for the 1b at batch 8 (25.8 GB): an upper estimate.
+saved log-softmax; 12 in fp32). With no-offload's state this gives 26.0 GiB for the small model at
+batch 32 and 31.2 GiB for the 1b at batch 8, against peaks of 24.8 and 27.7 GiB measured on an
+H100: an upper estimate.
 """
 from __future__ import annotations
 
