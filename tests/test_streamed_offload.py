@@ -316,6 +316,10 @@ def test_gpu_streamed_mode_placed_and_broken_down(model, monkeypatch):
     assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
     m = fam.metrics(res, "step")
     assert m["pcie_bytes_per_param"] == 24.0 and m["forward_ms"] > 0 and m["backward_ms"] > 0
+    # the registered host state is pinned, and counted so per node (numa_maps' pinned mappings)
+    pinned = sum(int(v) for v in m["host_pinned_bytes_by_node_per_rank"][0].values())
+    assert pinned >= 12 * info.n_params, (pinned, info.n_params)
+    assert m["mem_peak_per_rank_bytes"][0] <= m["mem_peak_reserved_per_rank_bytes"][0]
     assert 0 <= m["gpu_idle_fraction"] < 1 and m["sm_idle_fraction"] >= m["gpu_idle_fraction"], m
     assert m["optimizer_ms"] >= 0 and "overlapped with backward" in m["impl"]
 

@@ -198,3 +198,47 @@ def test_master_mode_through_the_worker_reports_its_recipe_and_memory():
     assert m["mem_peak_reserved_per_rank_bytes"] == [None] and m["gpu_memory_bytes_per_rank"] == [None]
     assert m["pcie_h2d_bytes_per_param"] == m["pcie_d2h_bytes_per_param"] == 0
     assert m["host_optimizer_bytes_per_param"] is None
+
+
+# -- GPU (.ci/gpu-offload's tests step runs these) ----------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_master_mode_matches_the_fused_adamw_loss_curve():
+    """fp32, tiny model, on the GPU: the flat master's fused AdamW gives torch's fused AdamW's curve."""
+    from numabench.families.train_step.worker import Trainer
+
+    curves = {}
+    for mode in ("no-offload-master", "no-offload"):
+        tr = Trainer(mode, "tiny", "fp32", 4, "cuda:0")
+        curves[mode] = [float(tr.step(tr.pool[i % 4])) for i in range(8)]
+    for a, b in zip(curves["no-offload-master"], curves["no-offload"]):
+        assert abs(a - b) <= 2e-3 * abs(b), curves
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_master_mode_through_the_worker_reports_its_memory():
+    """bf16, small model, one rank: the model learns (set-up check), the entry has its recipe, its
+    peak GPU memory allocated and reserved (the 18 B per parameter it keeps, and more), the GPU's size
+    and the host memory per node with its pinned share."""
+    from numabench.cases import Case
+    from numabench.families import family
+    from numabench.machine.capabilities import probe
+    from numabench.machine.topology import discover
+    from numabench.numa.policy import Policy
+    from numabench.workers.run import run_case
+
+    topo = discover("/")
+    fam = family("train_step")
+    c = Case("train_step", 1, 4, Policy.parse("local"), "bf16", (("mode", "no-offload-master"), ("model", "small")))
+    res = run_case(c, fam, topo, probe(first_node=(topo.memory_node_ids or (0,))[0]), rounds=3, warmup=1,
+                   timeout_s=900)
+    m = fam.metrics(res, "step")
+    assert m["recipe"]["name"] == MASTER and m["reference_mode"] == "no-offload-master"
+    [alloc], [reserved], [gpu] = (m["mem_peak_per_rank_bytes"], m["mem_peak_reserved_per_rank_bytes"],
+                                  m["gpu_memory_bytes_per_rank"])
+    assert 18 * m["n_params"] < alloc <= reserved < gpu, (alloc, reserved, gpu)
+    total = sum(int(v) for v in m["host_total_bytes_by_node_per_rank"][0].values())
+    pinned = sum(int(v) for v in m["host_pinned_bytes_by_node_per_rank"][0].values())
+    assert 0 <= pinned < total, (pinned, total)
+    assert "fp32 master" in m["impl"] and m["forward_ms"] > 0 and m["optimizer_ms"] > 0
