@@ -88,6 +88,21 @@ def test_a_reference_measured_at_another_cpu_binding_is_taken_from_node():
     assert streamed.reference_ms == 100.0 and streamed.over_reference == pytest.approx(2.0)
 
 
+def test_on_a_one_node_machine_a_reference_under_another_policy_stands_in():
+    """Every policy places on node 0 there; on two nodes the policies differ and none stands in."""
+    data = run(ts("no-offload-master", 0.100, policy="bind:0"), ts("streamed", 0.280, policy="default"),
+               ts("torchao-offload", 0.330, policy="default"))
+    for nodes, want in ((1, 2.8), (2, None)):
+        data["machine_info"]["numabench"]["numa_nodes"] = nodes
+        rows = {r.mode: r for r in mode_rows(data)}
+        assert rows["streamed"].over_reference == (pytest.approx(want) if want else None), nodes
+    data["machine_info"]["numabench"]["numa_nodes"] = 1
+    rows = mode_rows(data)
+    assert "| 2.80x no-offload-master (bind:0) |" in modes_table(rows)
+    assert winner_sentences(rows)[0].endswith(
+        "; 2.80x the step of no-offload-master (100.0 ms, policy bind:0), the no-offload reference of its recipe.")
+
+
 def test_a_missing_reference_is_said_not_replaced_by_the_other_recipe():
     data = run(ts("no-offload", 0.110), ts("streamed", 0.280), ts("torchao-offload", 0.330))
     rows = {r.mode: r for r in mode_rows(data)}

@@ -62,6 +62,8 @@ class ModeRow:
     predicted: str | None = None  # what the fits check said the case needs, where it said so
     reference_ms: float | None = None
     over_reference: float | None = None
+    reference_policy: str | None = None  # the reference's policy (another one only on a one-node machine)
+    reference_out_of_memory: bool = False
 
     def key(self) -> tuple:
         return (self.model, self.dtype, self.nprocess, self.policy, self.cpu_bind)
@@ -146,7 +148,8 @@ def mode_rows(run: str | Path | dict) -> list[ModeRow]:
              if r["extra_info"].get("family") == "train_step" and r["extra_info"].get("phase") == "step"]
     for r in rows:
         _bound(r, es)
-    _judge(rows)
+    nodes = ((data.get("machine_info") or {}).get("numabench") or {}).get("numa_nodes")
+    _judge(rows, one_node=nodes == 1)
     return sorted(rows, key=lambda r: (r.key(), r.step_ms is None, r.step_ms or 0.0))
 
 
@@ -162,22 +165,31 @@ def _bound(row: ModeRow, es: list) -> None:
     row.host_bound_ms = None if host is None else host * 1e3
 
 
-def reference_of(row: ModeRow, rows: list[ModeRow]) -> ModeRow | None:
+def reference_of(row: ModeRow, rows: list[ModeRow], one_node: bool = False) -> ModeRow | None:
     """The no-offload row of ``row``'s recipe: same model, dtype, ranks and policy, the same CPU
-    binding where there is one, else its ``node`` one, else any (measured or out of memory)."""
-    same = [r for r in rows if r.mode == row.reference and r.key()[:4] == row.key()[:4]]
-    for pick in ([r for r in same if r.cpu_bind == row.cpu_bind], [r for r in same if r.cpu_bind == "node"], same):
-        if pick:
-            measured = [r for r in pick if r.step_ms is not None]
-            return min(measured, key=lambda r: r.step_ms) if measured else pick[0]
+    binding where there is one, else its ``node`` one, else any (measured or out of memory). On a
+    machine of one NUMA node (``one_node``), where every policy places on node 0, a reference under
+    another policy stands in where the row's own has none."""
+    same = [r for r in rows if r.mode == row.reference and r.key()[:3] == row.key()[:3]]
+    policies = [row.policy] + (sorted({r.policy for r in same} - {row.policy}) if one_node else [])
+    for policy in policies:
+        of_policy = [r for r in same if r.policy == policy]
+        for pick in ([r for r in of_policy if r.cpu_bind == row.cpu_bind],
+                     [r for r in of_policy if r.cpu_bind == "node"], of_policy):
+            if pick:
+                measured = [r for r in pick if r.step_ms is not None]
+                return min(measured, key=lambda r: r.step_ms) if measured else pick[0]
     return None
 
 
-def _judge(rows: list[ModeRow]) -> None:
+def _judge(rows: list[ModeRow], one_node: bool) -> None:
     for r in rows:
-        ref = reference_of(r, rows)
+        ref = reference_of(r, rows, one_node)
+        if ref is not None:
+            r.reference_policy = ref.policy
         if r.step_ms is not None and ref is not None and ref.step_ms is not None:
             r.reference_ms, r.over_reference = ref.step_ms, r.step_ms / ref.step_ms
+        r.reference_out_of_memory = ref is not None and ref.step_ms is None
 
 
 def _gib(b: float | None) -> str:
@@ -211,7 +223,9 @@ def modes_table(rows: list[ModeRow]) -> str:
                        + f"{f(r.gpu_bytes_per_param, '{:g}')} | - | - | - | - | - | - |")
             continue
         bound = r.bound_ms
-        ratio = f"{r.over_reference:.2f}x {r.reference}" if r.over_reference is not None else f"- ({r.reference})"
+        other = f" ({r.reference_policy})" if r.reference_policy not in (None, r.policy) else ""
+        ratio = (f"{r.over_reference:.2f}x {r.reference}{other}" if r.over_reference is not None
+                 else f"- ({r.reference}{': out of memory' if r.reference_out_of_memory else ''})")
         out.append(head + (
             f"{r.step_ms:.2f} | {f(r.tokens_per_s, '{:,.0f}')} | "
             f"{f(r.forward_ms)} | {f(r.backward_ms)} | {f(r.optimizer_ms)} | {f(r.cpu_adam_ms)} | "
@@ -262,11 +276,11 @@ def winner_sentences(rows: list[ModeRow]) -> list[str]:
         text = (f"{model} {dtype}, {nprocess} rank{'s' if nprocess > 1 else ''}, policy {policy}: {win.mode} wins "
                 f"({win.step_ms:.1f} ms a step, cpu_bind {win.cpu_bind or '-'}; {win.recipe.name}), "
                 f"{nxt.step_ms / win.step_ms:.2f}x faster than the next, {nxt.mode} ({nxt.step_ms:.1f} ms)")
-        ref = best.get(win.reference)
-        if ref is not None:
-            text += (f"; {win.step_ms / ref.step_ms:.2f}x the step of {ref.mode} ({ref.step_ms:.1f} ms), the "
-                     f"no-offload reference of its recipe")
-        elif win.reference in oom.get(group, set()):
+        if win.over_reference is not None:
+            under = f", policy {win.reference_policy}" if win.reference_policy != win.policy else ""
+            text += (f"; {win.over_reference:.2f}x the step of {win.reference} ({win.reference_ms:.1f} ms{under}), "
+                     f"the no-offload reference of its recipe")
+        elif win.reference_out_of_memory or win.reference in oom.get(group, set()):
             text += f"; {win.reference}, the no-offload reference of its recipe, ran out of GPU memory"
         else:
             text += f"; no {win.reference} step (the no-offload reference of its recipe) to judge it by"

@@ -102,7 +102,8 @@ MODES_LEGEND = (
     "bound: a CPU-side optimizer's host-memory bytes (Adam's 28 B/param, +2 for DeepSpeed's bf16 copy) over "
     "host_membw's adam_pattern rate; x (forward + bound): the step over forward plus the larger bound, which "
     "is named (near 1: the mode is at that limit); x same-recipe no-offload: the step over the step of the "
-    "no-offload mode that trains the same recipe (same model, dtype, ranks and policy).")
+    "no-offload mode that trains the same recipe (same model, dtype, ranks and policy; on a machine of one NUMA "
+    "node another policy's where the row's own is missing, named in brackets).")
 
 
 def offload_section(run: dict, modes: list) -> list[str]:
