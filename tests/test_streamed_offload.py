@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers import adamw_reference_steps  # noqa: E402
+
 from numabench.families.train_step.streamed import (
     Hyper,
     StreamedAdamW,
@@ -53,14 +55,7 @@ def test_plan_rejects_bad_values():
 
 def reference_steps(init, grads, hyper=HYPER):
     """torch.optim.AdamW in float64 over the same gradients."""
-    ps = [t.detach().to(torch.float64).clone().requires_grad_(True) for t in init]
-    opt = torch.optim.AdamW(ps, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay,
-                            foreach=False)
-    for gs in grads:
-        for p, g in zip(ps, gs):
-            p.grad = g.to(torch.float64).clone()
-        opt.step()
-    return ps, opt
+    return adamw_reference_steps(init, grads, hyper)
 
 
 def step_with(opt, params, grads, device=None):

@@ -8,6 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers import adamw_reference_steps  # noqa: E402
+
 from numabench.families.train_step import MODES  # noqa: E402
 from numabench.families.train_step.master import MasterAdamW  # noqa: E402
 from numabench.families.train_step.recipes import AMP, FP32, MASTER, recipe, reference_mode  # noqa: E402
@@ -62,15 +64,8 @@ def test_recipe_rejects_unknown_modes_and_dtypes():
 
 
 def reference_steps(init, grads):
-    """torch.optim.AdamW in float64 over the same gradients."""
-    ps = [t.detach().to(torch.float64).clone().requires_grad_(True) for t in init]
-    opt = torch.optim.AdamW(ps, lr=HYPER.lr, betas=HYPER.betas, eps=HYPER.eps, weight_decay=HYPER.weight_decay,
-                            foreach=False)
-    for gs in grads:
-        for p, g in zip(ps, gs):
-            p.grad = g.to(torch.float64).clone()
-        opt.step()
-    return ps
+    """torch.optim.AdamW in float64 over the same gradients: the parameters."""
+    return adamw_reference_steps(init, grads, HYPER)[0]
 
 
 @pytest.mark.parametrize("widen_in_backward", [False, True])

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from numabench.families.train_step.streamed import Hyper
+from numabench.families.train_step.streamed import Hyper, on_one_device
 
 
 class MasterAdamW:
@@ -32,13 +32,7 @@ class MasterAdamW:
                  widen_in_backward: bool = True, fused: bool | None = True) -> None:
         import torch
 
-        self.params = [p for p in params]
-        if not self.params:
-            raise ValueError("MasterAdamW got no parameters")
-        devices = {p.device for p in self.params}
-        if len(devices) != 1:
-            raise ValueError(f"parameters on devices {sorted(map(str, devices))}: allowed one device")
-        device = devices.pop()
+        self.params, self.device = on_one_device(params, "MasterAdamW")
         self.master_dtype = master_dtype or torch.float32
         sizes = [p.numel() for p in self.params]
         self.numel = sum(sizes)
@@ -52,7 +46,6 @@ class MasterAdamW:
         self._taken = [False] * len(self.params)
         self._hooks = [p.register_post_accumulate_grad_hook(self._take(i)) for i, p in enumerate(self.params)] \
             if widen_in_backward else []
-        self.device = device
 
     def _slice(self, t: Any, i: int) -> Any:
         off = self.offsets[i]
