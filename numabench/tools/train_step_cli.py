@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m numabench.tools.train_step_cli", description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=MODES, default="ddp")
-    ap.add_argument("--model", default="tiny", help="numabench.families.train_step.configs.MODELS: tiny, small")
+    ap.add_argument("--model", default="tiny", help="numabench.families.train_step.configs.MODELS: tiny, small, 1b, 5b")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
     ap.add_argument("--steps", type=int, default=10, help="timed steps")

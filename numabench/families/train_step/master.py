@@ -37,8 +37,11 @@ class MasterAdamW:
         sizes = [p.numel() for p in self.params]
         self.numel = sum(sizes)
         self.offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        # filled parameter by parameter: no second copy of the model in flight while it is made
+        self.master = torch.empty(self.numel, dtype=self.master_dtype, device=self.device)
         with torch.no_grad():
-            self.master = torch.cat([p.detach().reshape(-1).to(self.master_dtype) for p in self.params])
+            for i, p in enumerate(self.params):
+                self._slice(self.master, i).copy_(p.detach().reshape(-1))
         self.master.grad = torch.zeros_like(self.master)
         self.inner = torch.optim.AdamW([self.master], lr=hyper.lr, betas=hyper.betas, eps=hyper.eps,
                                        weight_decay=hyper.weight_decay, fused=fused)
