@@ -17,7 +17,11 @@ Modes (``mode`` axis, each its own worker run):
   weights and moments on the host (placed by the policy, pinned), streamed through the GPU
   in chunks and updated by our fused kernel, overlapped with backward (one rank) or after
   DDP's backward (more ranks). On a CPU the same scheduler runs with torch's arithmetic.
-- ``no-offload``: DDP with torch's fused AdamW, all state on the device: the reference.
+- ``no-offload``: DDP with torch's fused AdamW, all state on the device, fp32 weights under
+  bf16 autocast: the reference of that recipe.
+- ``no-offload-master``: bf16 weights with an fp32 master, gradient and moments on the device
+  (numabench.families.train_step.master): the reference of the streamed and DeepSpeed modes'
+  recipe; DDP only with more ranks.
 - ``torchao-offload``: torchao's ``CPUOffloadOptimizer`` (AdamW on the host, each
   gradient copied out as backward makes it); one rank. Needs CUDA and torchao.
 
@@ -31,8 +35,8 @@ is picked and released, so no other process can take it first).
 Setup runs ``SETUP_STEPS`` untimed steps on one fixed batch and checks that the
 loss falls (the model learns), and in DDP that all ranks hold bit-identical
 parameters afterwards (an all_gather of a parameter digest); peak GPU memory
-(torch.cuda.max_memory_allocated) and the process's host memory per node
-(/proc/self/numa_maps) are taken after them. Placement is judged on the
+(torch.cuda.max_memory_allocated, max_memory_reserved) and the process's host memory per node
+(/proc/self/numa_maps: anonymous, the whole process, its pinned mappings) are taken after them. Placement is judged on the
 CPU-resident parameters and optimizer state (offload, or the CPU run), else on
 the process's anonymous memory.
 """
