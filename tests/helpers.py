@@ -294,3 +294,18 @@ class QuietJsonHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+def adamw_reference_steps(init: Sequence[Any], grads: Sequence[Sequence[Any]], hyper: Any) -> tuple[list, Any]:
+    """torch.optim.AdamW in float64 from ``init`` over each set of ``grads`` (``hyper``: lr, betas, eps,
+    weight_decay): the parameters and the optimizer, to compare an update and its state against."""
+    import torch
+
+    ps = [t.detach().to(torch.float64).clone().requires_grad_(True) for t in init]
+    opt = torch.optim.AdamW(ps, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay,
+                            foreach=False)
+    for gs in grads:
+        for p, g in zip(ps, gs):
+            p.grad = g.to(torch.float64).clone()
+        opt.step()
+    return ps, opt

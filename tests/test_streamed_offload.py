@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers import adamw_reference_steps  # noqa: E402
+
 from numabench.families.train_step.streamed import (
     Hyper,
     StreamedAdamW,
@@ -53,14 +55,7 @@ def test_plan_rejects_bad_values():
 
 def reference_steps(init, grads, hyper=HYPER):
     """torch.optim.AdamW in float64 over the same gradients."""
-    ps = [t.detach().to(torch.float64).clone().requires_grad_(True) for t in init]
-    opt = torch.optim.AdamW(ps, lr=hyper.lr, betas=hyper.betas, eps=hyper.eps, weight_decay=hyper.weight_decay,
-                            foreach=False)
-    for gs in grads:
-        for p, g in zip(ps, gs):
-            p.grad = g.to(torch.float64).clone()
-        opt.step()
-    return ps, opt
+    return adamw_reference_steps(init, grads, hyper)
 
 
 def step_with(opt, params, grads, device=None):
@@ -316,6 +311,10 @@ def test_gpu_streamed_mode_placed_and_broken_down(model, monkeypatch):
     assert all(p.verdict is None or p.verdict.ok for p in res.placement), [p.to_dict() for p in res.placement]
     m = fam.metrics(res, "step")
     assert m["pcie_bytes_per_param"] == 24.0 and m["forward_ms"] > 0 and m["backward_ms"] > 0
+    # the registered host state is pinned, and counted so per node (numa_maps' pinned mappings)
+    pinned = sum(int(v) for v in m["host_pinned_bytes_by_node_per_rank"][0].values())
+    assert pinned >= 12 * info.n_params, (pinned, info.n_params)
+    assert m["mem_peak_per_rank_bytes"][0] <= m["mem_peak_reserved_per_rank_bytes"][0]
     assert 0 <= m["gpu_idle_fraction"] < 1 and m["sm_idle_fraction"] >= m["gpu_idle_fraction"], m
     assert m["optimizer_ms"] >= 0 and "overlapped with backward" in m["impl"]
 

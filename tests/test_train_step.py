@@ -366,6 +366,9 @@ def test_gpu_offload_libraries(mode):
     assert m["tokens_per_s"] > 0
     assert all(i.mempolicy["mode"] == "bind" for i in infos), [i.mempolicy for i in infos]
     assert m["forward_ms"] > 0 and m["backward_ms"] > 0 and m["optimizer_ms"] > 0
+    # pinned host memory found per node: torchao pins each parameter's fp32 copy and gradient (8 B)
+    pinned = [sum(int(v) for v in by_node.values()) for by_node in m["host_pinned_bytes_by_node_per_rank"]]
+    assert all(p >= (8 * i.n_params * 0.9 if mode == "torchao-offload" else 1) for p, i in zip(pinned, infos)), pinned
     if mode.startswith("deepspeed-"):  # our CUDA events around engine.step() against DeepSpeed's timer of it
         # the span DeepSpeed's step timer covers (up to its post-step timer bookkeeping), on our clock
         assert 0.9 <= m["optimizer_in_timer_over_deepspeed_timer"] <= 1.1, m

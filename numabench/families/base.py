@@ -61,6 +61,16 @@ USABLE_HOST_SHARE = 0.8
 
 
 @dataclass(frozen=True)
+class MemoryFit:
+    """A family's own verdict on whether a case fits the machine's memory (``Family.memory_fit``):
+    ``skip`` says why it is not run; ``out_of_memory`` why it is expected to run out of GPU memory
+    (it runs, and an out-of-memory it meets is recorded as its result, not failed)."""
+
+    skip: str | None = None
+    out_of_memory: str | None = None
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     """What one rank's worker is told at set-up (sent as JSON, parsed once in the worker).
 
@@ -236,6 +246,9 @@ class Family:
     # bytes of host memory per element per rank (for the fits-in-memory check)
     host_bytes_per_element: Callable[["Case"], float] = lambda case: case.itemsize
     device_bytes_per_element: Callable[["Case"], float] = lambda case: 0
+    # the family's own fits-in-memory check in place of the per-element one: (case, bytes of the
+    # smallest of its GPUs (0: not known) or None without GPUs, host bytes) -> MemoryFit
+    memory_fit: Callable[["Case", int | None, int], MemoryFit] | None = None
     # which ranks exist: "gpu" (rank i on GPU i) or "cpu-node" (rank i on the i-th CPU node)
     rank_kind: str = "gpu"
     # family-specific reasons (an optional package, an axis combination that means nothing)
@@ -347,6 +360,10 @@ class Family:
         if case.policy.kind == "preferred-many" and not caps.preferred_many_kernel:
             return f"preferred-many needs Linux >= 5.15; kernel {caps.kernel_release} rejected MPOL_PREFERRED_MANY"
         twice = f" ({copies} copies alive at once: a same-runner A/B)" if copies > 1 else ""
+        if self.memory_fit is not None:  # the family's own verdict, on the host's share of one copy
+            share = (host_memory_bytes or sum(n.mem_total_bytes for n in topology.nodes)) // copies \
+                if copies > 1 else host_memory_bytes
+            return self.memory_verdict(case, topology, share).skip
         host_need = copies * case.numel * self.host_bytes_per_element(case)
         host_have = host_memory_bytes or sum(n.mem_total_bytes for n in topology.nodes)
         if host_need > USABLE_HOST_SHARE * host_have:
@@ -362,6 +379,17 @@ class Family:
                 return (f"size {format_size(case.numel)} needs {dev_need / 2**30:.1f} GiB per GPU{twice}; "
                         f"the GPU has {dev_have / 2**30:.1f} GiB")
         return None
+
+    def memory_verdict(self, case: Case, topology: "Topology", host_memory_bytes: int | None = None) -> MemoryFit:
+        """The family's ``memory_fit`` for ``case`` on this machine (its GPUs' memory: 0 where the
+        driver did not say, None without GPUs; the host's: ``host_memory_bytes`` or MemTotal); an
+        empty verdict where the family has none."""
+        if self.memory_fit is None:
+            return MemoryFit()
+        gpus = [g.memory_bytes for g in topology.gpus[: case.nprocess]]
+        gpu_bytes = min(gpus) if gpus else None
+        host_have = host_memory_bytes or sum(n.mem_total_bytes for n in topology.nodes)
+        return self.memory_fit(case, gpu_bytes, host_have)
 
 
 CPU_BINDS = ("node", "rank-cores", "none")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from numabench.errors import PlacementError
 from numabench.numa.mempolicy import page_nodes
@@ -170,6 +170,18 @@ def numa_maps_report(pid: int | str = "self", ranges: Sequence[tuple[int, int]] 
         for node, b in e.node_bytes.items():
             totals[node] = totals.get(node, 0) + b
     return PlacementReport(totals, source=f"/proc/{pid}/numa_maps")
+
+
+def pinned_report(entries: Iterable[NumaMapsEntry], is_pinned: Callable[[int], bool]) -> PlacementReport:
+    """Pages per node of the mappings whose first byte ``is_pinned`` says is page-locked for the GPU
+    (CUDA's pinned allocations and registered buffers are each their own mapping): the pinned
+    share of what ``numa_maps_report`` (numastat -p's total) counts."""
+    totals: dict[int, int] = {}
+    for e in entries:
+        if e.node_pages and is_pinned(e.address):
+            for node, b in e.node_bytes.items():
+                totals[node] = totals.get(node, 0) + b
+    return PlacementReport(totals, source="/proc/self/numa_maps, pinned mappings")
 
 
 def pages_report(ranges: Sequence[tuple[int, int]]) -> PlacementReport:

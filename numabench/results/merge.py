@@ -30,7 +30,7 @@ from typing import Sequence
 from numabench.atomic import write_file
 from numabench.errors import UsageError
 from numabench.machine.hwkey import run_hardware_key
-from numabench.results import storage
+from numabench.results import memory_outcomes, storage
 from numabench.gate.invocations import (
     INVOCATION_MACHINES,
     INVOCATION_SOURCES,
@@ -95,6 +95,9 @@ def merge_loaded(runs: Sequence[tuple[str, dict]], *, allow_foreign: bool = Fals
               for name, entries in measured.items()]
     out["benchmarks"] = sorted(merged, key=lambda b: b.get("fullname") or b.get("name"))
     out["numabench_merged_from"] = sources
+    memory = memory_outcomes.combined([r for _, r in runs])  # every run's out-of-memory records, not the newest's alone
+    if memory is not None:
+        out[memory_outcomes.KEY] = memory
     return MergeResult(out, sorted(n for n, entries in measured.items() if len(entries) > 1))
 
 

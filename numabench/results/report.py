@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from numabench.errors import UsageError
-from numabench.results import storage
+from numabench.results import memory_outcomes, storage
 from numabench.results.offload_modes import mode_rows, modes_table, winner_sentences
 from numabench.results.offload_share import share_rows, share_table
 from numabench.results.tables import adam_offload_table, entries, grouped_tables
@@ -65,7 +65,11 @@ def combine_runs(paths: Sequence[str | Path]) -> dict:
     for r in runs:
         for b in r.get("benchmarks", []):
             by_name[b.get("fullname", b.get("name"))] = b
-    return {**runs[0], "benchmarks": list(by_name.values())}
+    out = {**runs[0], "benchmarks": list(by_name.values())}
+    memory = memory_outcomes.combined(runs)  # the out-of-memory records of every run
+    if memory is not None:
+        out[memory_outcomes.KEY] = memory
+    return out
 
 
 def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | None = None, *,
@@ -84,6 +88,51 @@ def build_report(run_path: str | Path | Sequence[str | Path], out: str | Path | 
     rep.images = [out / p.name for p in rep.images]
     rep.markdown_path = out / "report.md"
     return rep
+
+
+MODES_LEGEND = (
+    "recipe: its name (fp32 + autocast, bf16 + fp32 master, fp32) and where the fp32 master lives (each mode's "
+    "whole recipe is listed below the table). forward / backward / optimizer (what is left after backward returns) on our clock (CUDA events); "
+    "DS optimizer_step: DeepSpeed's own timer of its CPU Adam (under ZeRO-3 with the parameters' copy to the "
+    "GPU); GPU idle >= (ZeRO-2): that timer's share of the step, GPU idle by construction; GPU peak: allocated "
+    "and reserved by torch's caching allocator over the set-up steps, the largest rank's; GPU B/param: what the "
+    "mode keeps on the GPU per parameter (a model: numabench.families.train_step.memory); host GiB per node: "
+    "the rank's memory as numastat -p totals it, and its pinned share; PCIe B/param: a model of each mode's "
+    "copies; PCIe bound: those bytes over the measured pinned copy rates (one way each, and both at once); host "
+    "bound: a CPU-side optimizer's host-memory bytes (Adam's 28 B/param, +2 for DeepSpeed's bf16 copy) over "
+    "host_membw's adam_pattern rate; x (forward + bound): the step over forward plus the larger bound, which "
+    "is named (near 1: the mode is at that limit); x same-recipe no-offload: the step over the step of the "
+    "no-offload mode that trains the same recipe (same model, dtype, ranks and policy; on a machine of one NUMA "
+    "node another policy's where the row's own is missing, named in brackets).")
+
+
+def offload_section(run: dict, modes: list) -> list[str]:
+    """The train_step modes' table, its rates, the cases that ran out of memory, each mode's
+    capacity and which offload wins: Markdown lines."""
+    from numabench.results.offload_capacity import capacity_rows, capacity_table
+    from numabench.results.offload_limits import MEASURE_RATES, measured_rates, rates_note
+    from numabench.results.offload_modes import out_of_memory_notes, recipe_notes
+
+    policies = sorted({r.policy for r in modes})
+    rates = {p: rates_note(measured_rates(entries(run), p)) for p in policies}
+    out = ["## train_step — where the step goes, per mode", "", MODES_LEGEND, "", modes_table(modes), "",
+           "Recipes:", ""] + [f"- {n}" for n in recipe_notes(modes)] + [""]
+    out += ["Rates the bounds use" + (":" if len(rates) == 1 else ", per policy:"), ""]
+    out += [f"- {p}: {note}" for p, note in rates.items()]
+    if any(note == rates_note(measured_rates([])) for note in rates.values()):
+        out += [f"- measured by: `{MEASURE_RATES}`"]
+    out.append("")
+    notes = out_of_memory_notes(modes)
+    if notes:
+        out += ["Out of memory:", ""] + [f"- {n}" for n in notes] + [""]
+    caps = capacity_rows(modes, run)
+    if caps:
+        out += ["Capacity of each mode on this machine (one rank):", "", capacity_table(caps, run), ""]
+    wins = winner_sentences(modes)
+    if wins:
+        key = (run.get("machine_info") or {}).get("numabench", {}).get("hardware_key", "this machine")
+        out += [f"Which offload wins on {key}:", ""] + [f"- {w}" for w in wins] + [""]
+    return out
 
 
 def _report(run: dict, paths: list, run_path, tables: list, family: str | None, where: dict | None,
@@ -123,19 +172,9 @@ def _report(run: dict, paths: list, run_path, tables: list, family: str | None, 
         text += ["adam_offload beside DeepSpeed's optimizer step", share_table(shares), ""]
     modes = mode_rows(run) if family in (None, "train_step") and not where else []
     if modes:
-        md += ["## train_step — where the step goes, per mode", "",
-               ("forward / backward / optimizer (what is left after backward returns) on our clock (CUDA events); "
-                "DS optimizer_step: DeepSpeed's own timer of its CPU Adam (under ZeRO-3 with the parameters' copy "
-                "to the GPU); GPU idle >= (ZeRO-2): that timer's share of the step, GPU idle by construction; "
-                "PCIe B/param: a model of each mode's copies; x no-offload: the step over the reference's "
-                "(torch's fused AdamW, all state on the GPU) of the same model, dtype, ranks and policy."), "",
-               modes_table(modes), ""]
-        text += ["train_step: where the step goes, per mode", modes_table(modes), ""]
-        wins = winner_sentences(modes)
-        if wins:
-            key = (run.get("machine_info") or {}).get("numabench", {}).get("hardware_key", "this machine")
-            md += [f"Which offload wins on {key}:", ""] + [f"- {w}" for w in wins] + [""]
-            text += [f"which offload wins on {key}:"] + [f"  {w}" for w in wins] + [""]
+        section = offload_section(run, modes)
+        md += section
+        text += [line for line in section if not line.startswith("## ")]
     markdown = "\n".join(md).rstrip() + "\n"
     md_path = None
     if out is not None:

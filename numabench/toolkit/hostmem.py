@@ -69,3 +69,15 @@ def allocate(numel: int, dtype: "object", kind: str) -> HostBuffer:
         if not t.is_pinned():
             raise RuntimeError("cudaHostRegister succeeded but torch does not see the buffer as pinned")
     return hb
+
+
+def address_is_pinned(address: int) -> bool:
+    """Whether CUDA sees the host byte at ``address`` as pinned (cudaHostAlloc'd or registered);
+    False without CUDA. Asks the driver about the address (cudaPointerGetAttributes, through
+    torch's ``is_pinned``); the memory there is not read."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    view = torch.frombuffer((ctypes.c_char * 1).from_address(address), dtype=torch.uint8)
+    return bool(view.is_pinned())

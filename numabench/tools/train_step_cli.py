@@ -9,7 +9,8 @@ its GPU's NUMA node, CPUs and memory; any other numabench policy string:
 memory only) before the model is built, so the host state it allocates is
 placed by it. Rank 0 prints one JSON object like the seed 004 tables:
 throughput (tokens/s) and time per step mean/std over the timed steps, model
-TFLOPS, peak GPU memory per rank, host memory per node per rank.
+TFLOPS, peak GPU memory per rank (allocated and reserved), host memory per node per rank
+(anonymous, the whole process as numastat -p counts it, and its pinned share).
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m numabench.tools.train_step_cli", description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=MODES, default="ddp")
-    ap.add_argument("--model", default="tiny", help="numabench.families.train_step.configs.MODELS: tiny, small")
+    ap.add_argument("--model", default="tiny", help="numabench.families.train_step.configs.MODELS: tiny, small, 1b, 5b")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
@@ -58,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from numabench.families.train_step.worker import Trainer, anon_report
-    from numabench.numa.placement import numa_maps_report
+    from numabench.families.train_step.worker import Trainer, anon_report, host_memory
 
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     cuda = torch.cuda.is_available()
@@ -82,9 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         if dist.is_initialized():
             dist.barrier()
         times.append(tr.timed_step())
+    memory = host_memory(device if cuda else None)
     mine = {"rank": rank, "times": times, "policy": policy,
             "peak_gpu_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
-            "host_bytes_by_node": anon_report().bytes_by_node, "process_bytes_by_node": numa_maps_report().bytes_by_node}
+            "peak_gpu_reserved_bytes": torch.cuda.max_memory_reserved(device) if cuda else None,
+            "host_bytes_by_node": anon_report().bytes_by_node,
+            "process_bytes_by_node": memory["numa_maps"].bytes_by_node,
+            "pinned_bytes_by_node": memory["pinned"].bytes_by_node}
     allr = [mine]
     if dist.is_initialized():
         allr = [None] * world
@@ -101,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                "time_per_step_mean": statistics.mean(step_t), "time_per_step_std": sd(step_t),
                "tflops_mean": statistics.mean(tf), "tflops_std": sd(tf),
                "mem_peak_per_rank_bytes": [r["peak_gpu_bytes"] for r in allr],
+               "mem_peak_reserved_per_rank_bytes": [r["peak_gpu_reserved_bytes"] for r in allr],
+               "pinned_bytes_by_node_per_rank": [r["pinned_bytes_by_node"] for r in allr],
                "host_bytes_by_node_per_rank": [r["host_bytes_by_node"] for r in allr],
                "process_bytes_by_node_per_rank": [r["process_bytes_by_node"] for r in allr]}
         text = json.dumps(out, indent=2, default=str)

@@ -9,7 +9,12 @@ ZeRO-Offload, optimizer state and step on the host, pinned; torchao-offload: tor
 CPUOffloadOptimizer, one rank; streamed: the fp32 master weights and AdamW moments on the host,
 placed by the policy, pinned, streamed through the GPU in chunks each step and updated there by our
 fused kernel, overlapped with the copies and with backward (numabench.families.train_step.streamed);
-no-offload: the reference, torch's fused AdamW with all state on the GPU) and ``model`` (tiny, small: numabench.families.train_step.model).
+no-offload: the reference of the fp32 + autocast recipe, torch's fused AdamW with all state on the GPU;
+no-offload-master: the reference of the bf16 + fp32 master recipe the streamed and DeepSpeed modes
+train, bf16 weights with an fp32 master, gradient and moments on the GPU,
+numabench.families.train_step.master) and ``model`` (tiny, small; 1b and 5b on request:
+numabench.families.train_step.configs). Each mode's precision recipe and the no-offload mode of
+the same recipe: numabench.families.train_step.recipes.
 The DeepSpeed and torchao modes need their optional packages.
 On a CPU-only machine only the tiny model in fp32 runs, DDP and FSDP over gloo
 (FSDP when torch's fully_shard runs on CPU) and DeepSpeed's ZeRO-2/3 on its CPU
@@ -30,7 +35,15 @@ the step (GPU idle while it runs).
 
 extra_info: tokens/s and model TFLOPS (6 x params x tokens / time) as median,
 mean and std over the rounds (the seed 004 tables), time per step mean/std, peak
-GPU memory per rank, host memory per node per rank.
+GPU memory per rank (allocated and reserved), host memory per node per rank (anonymous, the
+process's total as numastat -p counts it, its pinned share), the recipe and its reference mode,
+the mode's bytes per parameter on the GPU and the host and its traffic per step per parameter
+(PCIe each way, host memory of a CPU-side optimizer).
+
+Fits in memory (numabench.families.train_step.memory): a case that needs more host memory than
+the host has skips, saying what it needs and what there is; one that needs more GPU memory than
+the GPU has runs anyway, and its out-of-memory is recorded as its result (``numabench_memory`` in
+the run's JSON: numabench.results.memory_outcomes).
 """
 from __future__ import annotations
 
@@ -41,14 +54,18 @@ import statistics
 from numabench.cases import CaseResult
 from numabench.families.base import CPU_BINDS, GpuOrCpuFamily
 from numabench.families.train_step.configs import model_config, param_count
+from numabench.families.train_step import memory
+from numabench.families.train_step.recipes import recipe
 from numabench.families.train_step.reply import TrainStepReply
+from numabench.families.train_step.traffic import host_optimizer_bytes, pcie_bytes_by_direction
 
 DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
 
 
 MODES = ("ddp", "fsdp", "fsdp-offload", "deepspeed-zero2", "deepspeed-zero3", "torchao-offload", "streamed",
-         "no-offload")
+         "no-offload", "no-offload-master")
+MODELS = ("tiny", "small", "1b", "5b")
 # modes that need an optional package (numabench[deepspeed], numabench[torchao])
 MODE_PACKAGES = {"deepspeed-zero2": "deepspeed", "deepspeed-zero3": "deepspeed", "torchao-offload": "torchao"}
 POOL = 4  # distinct batches per rank, cycled through in the timed steps
@@ -150,24 +167,10 @@ def deepspeed_parts(result: CaseResult) -> dict:
     return out
 
 
-# Bytes crossing PCIe per step per parameter, by mode (a model of each mode's copies at the
-# family's settings, not a measurement; ``pcie_bytes_source`` says so in extra_info):
-# - streamed: fp32 master + both moments in and out (3 x 4 B each way); gradients stay on the GPU.
-# - deepspeed-zero2/3: the gradient out as fp32 (DeepSpeed widens it on the GPU before the copy
-#   into its fp32 host buffer) and the updated weights back in the training dtype.
-# - torchao-offload: each fp32 gradient out, each fp32 parameter back.
-# - fsdp-offload: fp32 parameters in for forward and again for backward (resharded after
-#   forward), fp32 gradients out.
-# - ddp, fsdp, no-offload: none (all state on the device).
 def pcie_bytes_per_param(mode: str, dtype: str) -> float:
-    """Bytes over PCIe per step per parameter under ``mode`` (one rank's share, per its parameter)."""
-    wide = 4
-    narrow = 2 if dtype == "bf16" else 4
-    table = {"streamed": 6 * wide, "deepspeed-zero2": wide + narrow, "deepspeed-zero3": wide + narrow,
-             "torchao-offload": 2 * wide, "fsdp-offload": 3 * wide, "ddp": 0, "fsdp": 0, "no-offload": 0}
-    if mode not in table:
-        raise ValueError(f"unknown mode {mode!r}: allowed {', '.join(table)}")
-    return float(table[mode])
+    """Bytes over PCIe per step per parameter under ``mode``, both directions (one rank's share, per
+    its parameter; numabench.families.train_step.traffic has the model and each direction)."""
+    return sum(pcie_bytes_by_direction(mode, dtype))
 
 
 def breakdown(result: CaseResult) -> dict:
@@ -210,6 +213,34 @@ def breakdown(result: CaseResult) -> dict:
     return out
 
 
+def memory_metrics(result: CaseResult) -> dict:
+    """The recipe the mode trains with and the no-offload mode of the same recipe; what each rank
+    used (peak GPU memory allocated and reserved over the set-up steps, the GPU's size, host memory
+    per node as numastat -p totals it and its pinned share); the model's bytes per parameter on
+    the GPU and the host and its traffic per step (numabench.families.train_step.memory, .traffic)."""
+    case, infos = result.case, result.setup_info
+    mode = case.param("mode", "ddp")
+    h2d, d2h = pcie_bytes_by_direction(mode, case.dtype)
+    r = recipe(mode, case.dtype)
+
+    def by_node(rep) -> dict | None:
+        return None if rep is None else rep.to_dict()["bytes_by_node"]
+
+    return {
+        "recipe": r.to_dict(), "reference_mode": r.reference,
+        "mem_peak_reserved_per_rank_bytes": [i.peak_gpu_reserved_bytes for i in infos],
+        "gpu_memory_bytes_per_rank": [i.gpu_memory_bytes for i in infos],
+        "host_total_bytes_by_node_per_rank": [by_node(i.numa_maps) for i in infos],
+        "host_pinned_bytes_by_node_per_rank": [by_node(i.host_pinned_by_node) for i in infos],
+        "pinned_allocator_bytes_per_rank": [i.pinned_allocator_bytes for i in infos],
+        "gpu_bytes_per_param": memory.gpu_bytes_per_param(mode, case.dtype, case.nprocess),
+        "host_bytes_per_param": memory.host_bytes_per_param(mode, case.dtype, case.nprocess),
+        "memory_bytes_source": "model of the mode's allocations (numabench.families.train_step.memory)",
+        "pcie_h2d_bytes_per_param": h2d, "pcie_d2h_bytes_per_param": d2h,
+        "host_optimizer_bytes_per_param": host_optimizer_bytes(mode, case.dtype),
+    }
+
+
 def metrics(result: CaseResult, phase: str) -> dict:
     infos = result.setup_info
     info = infos[0]
@@ -234,28 +265,31 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "threads_per_rank": [i.threads for i in infos],
         "cpus_per_rank": result.affinity,
         "placed": info.placed, "setup_losses_rank0": info.setup_losses, "device": info.device_name,
-        **deepspeed_parts(result), **breakdown(result),
+        **deepspeed_parts(result), **breakdown(result), **memory_metrics(result),
     }
 
 
 FAMILY = GpuOrCpuFamily(
     key="train_step",
-    description=("one training step of a small GPT (`model` tiny, small; 1b on request) in a process group "
+    description=("one training step of a small GPT (`model` tiny, small; 1b and 5b on request) in a process group "
                  "of one rank per GPU (gloo on a CPU-only machine), with DDP, FSDP, or FSDP with CPU offload (torch's "
                  "`CPUOffloadPolicy`), DeepSpeed's ZeRO-Offload (`deepspeed-zero2`, `deepspeed-zero3`: "
                  "optimizer state and step on the host, pinned) or torchao's `CPUOffloadOptimizer` "
                  "(`torchao-offload`, one rank), `streamed` (fp32 master weights and Adam moments in "
                  "placed, pinned host memory, streamed through the GPU in chunks and updated by our fused "
-                 "kernel, overlapped with backward on one rank) or `no-offload` (fused AdamW, all state on"
-                 " the GPU: the reference) under the policy; each step split into forward, backward and "
-                 "optimizer; tokens/s, TFLOPS, peak memory; axis `cpu_bind`: `node` (each rank bound to "
+                 "kernel, overlapped with backward on one rank), `no-offload` (fused AdamW, fp32 weights "
+                 "under bf16 autocast, all state on the GPU) or `no-offload-master` (bf16 weights, fp32 master, "
+                 "gradient and moments on the GPU): the references of the two precision recipes, each mode "
+                 "judged against its own; each step split into forward, backward and optimizer; tokens/s, "
+                 "TFLOPS, peak GPU and host memory (pinned, per node); a case that needs more GPU memory than "
+                 "there is is recorded as out of memory; axis `cpu_bind`: `node` (each rank bound to "
                  "its node's CPUs, torch threads = those CPUs divided by the ranks on the node), "
                  "`rank-cores` (a disjoint share of the node's physical cores per rank, as DeepSpeed's "
                  "`--bind_cores_to_rank`; workers check they run there), `none` (unbound); "
                  "`--numa-axis rank_threads=N` overrides the threads (`0`: torch's default); also `torchrun "
                  "-m numabench.tools.train_step_cli`"),
-    needs=("nothing for the tiny model in fp32 (DDP, FSDP, streamed, no-offload on gloo); CUDA for "
-           "fsdp-offload, bf16 and the small and 1b models; `numabench[deepspeed]` for the DeepSpeed modes"
+    needs=("nothing for the tiny model in fp32 (DDP, FSDP, streamed, no-offload, no-offload-master on gloo); "
+           "CUDA for fsdp-offload, bf16 and the small, 1b and 5b models; `numabench[deepspeed]` for the DeepSpeed modes"
            " (on a CPU-only machine they run on DeepSpeed's CPU accelerator over gloo), "
            "`numabench[torchao]` and CUDA for torchao's"),
     phases=("step",),
@@ -268,12 +302,13 @@ FAMILY = GpuOrCpuFamily(
     default_dtypes=("fp32", "bf16"),
     # cpu_bind: node (the node's CPUs shared by its ranks), rank-cores (disjoint physical cores
     # per rank, as DeepSpeed's --bind_cores_to_rank), none (unbound)
-    extra_axes={"mode": MODES, "model": ("tiny", "small", "1b"), "cpu_bind": CPU_BINDS},
-    default_axis_values={"model": ("tiny", "small")},  # 1b on request (--numa-axis model=1b)
+    extra_axes={"mode": MODES, "model": MODELS, "cpu_bind": CPU_BINDS},
+    default_axis_values={"model": ("tiny", "small")},  # 1b and 5b on request (--numa-axis model=1b)
     cpu_bind=lambda case: case.param("cpu_bind", "node"),
     worker_axes=(),
     knobs=("rank_threads",),  # auto: worker.rank_threads (the rank's CPUs over the ranks sharing them)
-    host_bytes_per_element=host_bytes_per_sequence,
+    host_bytes_per_element=host_bytes_per_sequence,  # for the time plan (placing the host state)
+    memory_fit=memory.memory_fit,  # host memory it cannot have skips; GPU memory it cannot have is recorded
     kernels=("cuda_adam",),
     variant_kernels=variant_kernels,
     case_skip_reason=skip_reason,

@@ -6,6 +6,9 @@ while it collects cases; numabench.families.train_step.model builds the model in
   parameters with the untied head): a GPU size.
 - ``1b``: 16 layers, d=2048, vocab 32000, 1024 tokens (~0.94B parameters): a GPU size, not in
   the default matrix (``--numa-axis model=1b``).
+- ``5b``: 24 layers, d=4096, vocab 32000, 1024 tokens (~5.1B parameters): a model that needs
+  offload on an 80 GB GPU (no-offload keeps 18-20 B per parameter there, ~100 GB), not in the
+  default matrix (``--numa-axis model=5b``); built on the device it trains on.
 """
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ class GPTConfig:
     # at 1e-3 the 134M model's loss rose again by the 4th step on an H100 (10.52, 10.36,
     # 10.33, 10.78 at batch 32), failing the train_step family's "the model learns" check.
     lr: float = 1e-3
+    # built on the device it trains on (meta-constructed, initialised there): on the host its fp32
+    # weights would take minutes of CPU random numbers and the host memory the offload modes need
+    init_on_device: bool = False
 
 
 MODELS = {
@@ -32,6 +38,10 @@ MODELS = {
     # ~0.94B parameters: the size at which the streamed mode is judged against no-offload
     # (its optimizer state, 12 B per parameter, is 11 GiB on the host)
     "1b": GPTConfig(vocab=32000, d_model=2048, n_layers=16, n_heads=16, seq_len=1024, lr=1e-4),
+    # ~5.1B parameters: a model that does not fit an 80 GB GPU without offload (the size the
+    # long-context ZeRO-Offload workloads this family stands for offload at)
+    "5b": GPTConfig(vocab=32000, d_model=4096, n_layers=24, n_heads=32, seq_len=1024, lr=1e-4,
+                    init_on_device=True),
 }
 
 

@@ -45,6 +45,15 @@ class GPT(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
         self.apply(self._init)
 
+    def init_weights(self) -> None:
+        """Every parameter's initial value (as construction gives it): LayerNorms at weight 1 and
+        bias 0, the rest from ``_init``; for a model made on the meta device and moved with
+        ``to_empty``."""
+        for m in self.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.reset_parameters()
+        self.apply(self._init)
+
     @staticmethod
     def _init(m: nn.Module) -> None:
         if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -61,10 +70,25 @@ class GPT(nn.Module):
 
 
 def build_model(name: str, seed: int = 0, device: "torch.device | str" = "cpu") -> GPT:
-    """The same initial weights for a given (name, seed) on every rank and machine."""
+    """The same initial weights for a given (name, seed) on every rank and machine: made on the
+    host and moved to ``device``; on the meta device, shapes only; a model whose config says
+    ``init_on_device`` is initialised on ``device`` itself (the same weights for a given name, seed
+    and device kind)."""
+    cfg = model_config(name)
+    device = torch.device(device)
+    if device.type == "meta" or cfg.init_on_device:
+        with torch.device("meta"):
+            model = GPT(cfg)
+        if device.type == "meta":
+            return model
+        model = model.to_empty(device=device)
+        with torch.random.fork_rng(devices=[device] if device.type != "cpu" else [], device_type=device.type):
+            torch.manual_seed(seed)
+            model.init_weights()
+        return model
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = GPT(model_config(name))
+        model = GPT(cfg)
     return model.to(device)
 
 

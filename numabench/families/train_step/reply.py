@@ -30,7 +30,7 @@ class TrainStepReply(SetupReply):
     numa_maps: PlacementReport  # the process's pages as numa_maps counts them
     host_bytes_by_node: PlacementReport  # the process's anonymous memory
     host_state_bytes: int  # the offloaded state's bytes (0 where it stays on the device)
-    peak_gpu_bytes: int | None  # None on CPU ranks
+    peak_gpu_bytes: int | None  # the peak allocated over the set-up steps; None on CPU ranks
     setup_losses: list[float]  # the loss over the set-up steps on one fixed batch (falls)
     param_digest: str
     param_digests_all_ranks: list[str]
@@ -44,3 +44,8 @@ class TrainStepReply(SetupReply):
     threads: int  # torch's intra-op threads
     torch: str  # torch's version
     gpu_idle: GpuIdle | None = None  # measured only on GPUs with NUMABENCH_PROFILE_IDLE=1
+    peak_gpu_reserved_bytes: int | None = None  # the caching allocator's peak reservation; None on CPU ranks
+    gpu_memory_bytes: int | None = None  # the GPU's whole memory as CUDA reports it; None on CPU ranks
+    # the process's pinned mappings per node (their share of ``numa_maps``, numastat -p's total)
+    host_pinned_by_node: PlacementReport | None = None
+    pinned_allocator_bytes: int | None = None  # torch's caching host allocator: pinned blocks it owns

@@ -174,6 +174,17 @@ def torch_adamw_chunk_(master, grad, exp_avg, exp_avg_sq, *, lr, beta1, beta2, e
 ChunkFn = Callable[..., None]
 
 
+def on_one_device(params: Sequence[Any], who: str) -> tuple[list[Any], Any]:
+    """``params`` as a list, and the one device they are all on (an optimizer's argument check)."""
+    params = list(params)
+    if not params:
+        raise ValueError(f"{who} got no parameters")
+    devices = {p.device for p in params}
+    if len(devices) != 1:
+        raise ValueError(f"parameters on devices {sorted(map(str, devices))}: allowed one device")
+    return params, devices.pop()
+
+
 class StreamedAdamW:
     """AdamW over ``params`` (on ``device``) whose fp32 master weights and moments live on the host.
 
@@ -190,13 +201,7 @@ class StreamedAdamW:
 
         from numabench.toolkit.hostmem import allocate
 
-        self.params = [p for p in params]
-        if not self.params:
-            raise ValueError("StreamedAdamW got no parameters")
-        devices = {p.device for p in self.params}
-        if len(devices) != 1:
-            raise ValueError(f"parameters on devices {sorted(map(str, devices))}: allowed one device")
-        self.device = devices.pop()
+        self.params, self.device = on_one_device(params, "StreamedAdamW")
         self.ops = CudaOps(self.device) if self.device.type == "cuda" else CpuOps(self.device)
         self.hyper = hyper
         self.master_dtype = master_dtype or torch.float32

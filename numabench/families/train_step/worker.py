@@ -17,7 +17,11 @@ Modes (``mode`` axis, each its own worker run):
   weights and moments on the host (placed by the policy, pinned), streamed through the GPU
   in chunks and updated by our fused kernel, overlapped with backward (one rank) or after
   DDP's backward (more ranks). On a CPU the same scheduler runs with torch's arithmetic.
-- ``no-offload``: DDP with torch's fused AdamW, all state on the device: the reference.
+- ``no-offload``: DDP with torch's fused AdamW, all state on the device, fp32 weights under
+  bf16 autocast: the reference of that recipe.
+- ``no-offload-master``: bf16 weights with an fp32 master, gradient and moments on the device
+  (numabench.families.train_step.master): the reference of the streamed and DeepSpeed modes'
+  recipe; DDP only with more ranks.
 - ``torchao-offload``: torchao's ``CPUOffloadOptimizer`` (AdamW on the host, each
   gradient copied out as backward makes it); one rank. Needs CUDA and torchao.
 
@@ -31,8 +35,8 @@ is picked and released, so no other process can take it first).
 Setup runs ``SETUP_STEPS`` untimed steps on one fixed batch and checks that the
 loss falls (the model learns), and in DDP that all ranks hold bit-identical
 parameters afterwards (an all_gather of a parameter digest); peak GPU memory
-(torch.cuda.max_memory_allocated) and the process's host memory per node
-(/proc/self/numa_maps) are taken after them. Placement is judged on the
+(torch.cuda.max_memory_allocated, max_memory_reserved) and the process's host memory per node
+(/proc/self/numa_maps: anonymous, the whole process, its pinned mappings) are taken after them. Placement is judged on the
 CPU-resident parameters and optimizer state (offload, or the CPU run), else on
 the process's anonymous memory.
 """
@@ -147,7 +151,8 @@ class Trainer:
         if mode == "torchao-offload" and self.world > 1:
             raise RuntimeError("torchao-offload runs one rank: CPUOffloadOptimizer copies each gradient to the host "
                                "as backward makes it, before DDP would average it")
-        net = build_model(model, seed=seed)
+        # a model too big to make on the host (configs: init_on_device) is made on the device
+        net = build_model(model, seed=seed, device=self.device if self.cfg.init_on_device else "cpu")
         self.n_params = count_params(net)
         self.autocast = None
         self.engine = None  # DeepSpeed's engine (deepspeed-* modes): it runs backward and the step
@@ -199,6 +204,23 @@ class Trainer:
             self.impl = (f"streamed AdamW ({'our fused kernel' if self.cuda else 'torch on the CPU'}, "
                          f"{len(self.streamed.chunks)} chunks of <= {self.streamed.chunk} elements, "
                          f"{'overlapped with backward' if self.world == 1 else 'after backward (DDP)'})")
+        elif mode == "no-offload-master":
+            from numabench.families.train_step.master import MasterAdamW
+            from numabench.families.train_step.streamed import Hyper
+
+            # the streamed mode's recipe with all its state on the device: bf16 working weights, an fp32
+            # master copy, fp32 moments and gradient (fp32: an fp32 master copy of fp32 weights)
+            net = net.to(self.device, dtype=torch.bfloat16 if bf16 else torch.float32)
+            if self.world > 1:  # DDP averages the gradients; they are widened after backward
+                from torch.nn.parallel import DistributedDataParallel as DDP
+
+                self.model = DDP(net, device_ids=[self.device.index] if self.cuda else None)
+            else:
+                self.model = net
+            self.opt = MasterAdamW(list(net.parameters()), Hyper(lr, BETAS, EPS, WEIGHT_DECAY),
+                                   widen_in_backward=self.world == 1)
+            self.impl = (f"{'bf16' if bf16 else 'fp32'} weights, fp32 master, gradient and moments on the device, "
+                         "fused AdamW on the master" + (" (DDP)" if self.world > 1 else ""))
         elif mode == "torchao-offload":
             import torchao
             from torchao.optim import CPUOffloadOptimizer
@@ -377,6 +399,8 @@ class Trainer:
             return [getattr(self.opt, "optimizer", self.opt)]
         if hasattr(self.opt, "optim_dict"):
             return list(self.opt.optim_dict.values())
+        if hasattr(self.opt, "inner"):  # MasterAdamW: the AdamW over its flat master
+            return [self.opt.inner]
         return [self.opt]
 
     def host_state_ranges(self) -> list[tuple[int, int]]:
@@ -445,6 +469,27 @@ def anon_report(pid: int | str = "self"):
     return PlacementReport(totals, source=f"/proc/{pid}/numa_maps anon")
 
 
+def host_memory(device=None) -> dict:
+    """The process's host memory per node as numastat -p totals it (every mapping's pages in
+    /proc/self/numa_maps), the pinned share of it (mappings CUDA sees as pinned; none without a
+    GPU) and the pinned bytes torch's caching host allocator owns (None where torch cannot say)."""
+    import torch
+
+    from numabench.numa.placement import numa_maps_report, pinned_report, read_numa_maps
+    from numabench.toolkit.hostmem import address_is_pinned
+
+    maps = read_numa_maps()
+    allocator = None
+    if device is not None:
+        try:  # a torch that reports its pinned pool (host_memory_stats); the key is its own
+            stats = torch.cuda.memory.host_memory_stats()
+            allocator = int(stats["allocated_bytes.current"]) if "allocated_bytes.current" in stats else None
+        except (AttributeError, RuntimeError):
+            allocator = None
+    pinned = pinned_report(maps, address_is_pinned if device is not None else (lambda address: False))
+    return {"numa_maps": numa_maps_report(entries=maps), "pinned": pinned, "pinned_allocator_bytes": allocator}
+
+
 def rank_threads(spec: WorkerSpec) -> int | None:
     """torch's intra-op threads for this rank: its CPUs shared among the ranks
     bound to the same node (``cpu_share``), so that ranks side by side do not
@@ -476,7 +521,7 @@ class Worker(BaseWorker):
         import torch
         import torch.distributed as dist
 
-        from numabench.numa.placement import numa_maps_report, pages_report
+        from numabench.numa.placement import pages_report
 
         spec = self.spec
         rank, world = spec.rank, spec.nprocess
@@ -532,6 +577,7 @@ class Worker(BaseWorker):
             torch.cuda.synchronize(device)
         ranges = tr.host_state_ranges()
         placement = pages_report(ranges) if ranges else anon_report()
+        memory = host_memory(device if cuda else None)
         after = running_policy()  # the libraries set up: still the case's policy
         why = mismatch(spec.policy, after)
         if why:
@@ -540,7 +586,10 @@ class Worker(BaseWorker):
             placement=placement, placed="host state" if ranges else "process anon memory",
             mempolicy=running, case_policy=str(spec.policy) if spec.policy is not None else None,
             gpu_idle=idle, kernel_max_rel_error=tr.kernel_error,
-            numa_maps=numa_maps_report(), host_bytes_by_node=anon_report(),
+            numa_maps=memory["numa_maps"], host_bytes_by_node=anon_report(),
+            host_pinned_by_node=memory["pinned"], pinned_allocator_bytes=memory["pinned_allocator_bytes"],
+            peak_gpu_reserved_bytes=torch.cuda.max_memory_reserved(device) if cuda else None,
+            gpu_memory_bytes=torch.cuda.mem_get_info(device)[1] if cuda else None,
             host_state_bytes=sum(n for _, n in ranges),
             peak_gpu_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
             setup_losses=losses, param_digest=digest, param_digests_all_ranks=digests,

@@ -1,0 +1,78 @@
+"""The capacity of each train_step mode on the machine a run measured: the largest model it can
+train there, from its bytes per parameter on the GPU and the host
+(numabench.families.train_step.memory), the memory the run's fits-in-memory checks counted
+(``numabench_memory``: the GPU's size, the host's) and the activations its largest measured model
+used (that row's peak GPU memory less its state), checked by the runs nearest to it: the
+largest model the mode trained and the smallest that ran out of memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from numabench.families.train_step import memory as memory_model
+from numabench.results import memory_outcomes
+from numabench.results.offload_modes import ModeRow
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    mode: str
+    dtype: str
+    gpu_bytes_per_param: float
+    host_bytes_per_param: float
+    activations: float  # bytes, from ``measured_at``'s peak
+    measured_at: str | None  # the row the activations come from
+    capacity: memory_model.Capacity
+    largest_fit: ModeRow | None  # the largest model the mode trained
+    smallest_oom: ModeRow | None  # the smallest model that ran out of memory
+
+
+def capacity_rows(rows: list[ModeRow], run: dict) -> list[CapacityRow]:
+    """One row per mode (one rank) with rows in ``run``; none where the run did not record the
+    machine's memory (a run from before ``numabench_memory``)."""
+    mem = memory_outcomes.memory_of(run) or {}
+    gpus = [g for g in mem.get("gpu_bytes") or [] if g]
+    host = mem.get("host_bytes")
+    if not gpus or not host:
+        return []
+    out = []
+    for mode, dtype in sorted({(r.mode, r.dtype) for r in rows if r.nprocess == 1}):
+        mine = [r for r in rows if (r.mode, r.dtype, r.nprocess) == (mode, dtype, 1) and r.n_params]
+        fit = [r for r in mine if r.step_ms is not None]
+        oom = [r for r in mine if r.step_ms is None]
+        largest = max(fit, key=lambda r: r.n_params, default=None)
+        g = memory_model.gpu_bytes_per_param(mode, dtype)
+        act = 0.0
+        if largest is not None and largest.peak_allocated:
+            act = max(0.0, largest.peak_allocated - g * largest.n_params)
+        try:
+            cap = memory_model.capacity(mode, dtype, min(gpus), host, act)
+        except ValueError:  # a mode that keeps nothing per parameter anywhere
+            continue
+        out.append(CapacityRow(mode, dtype, g, memory_model.host_bytes_per_param(mode, dtype), act,
+                               largest.name if largest is not None and act else None, cap, largest,
+                               min(oom, key=lambda r: r.n_params, default=None)))
+    return out
+
+
+def _b(n: float | None) -> str:
+    return "-" if n is None else f"{n / 1e9:.2f}B"
+
+
+def capacity_table(rows: list[CapacityRow], run: dict) -> str:
+    """Markdown: one line per mode."""
+    mem = memory_outcomes.memory_of(run) or {}
+    head = (f"GPU {min(g for g in mem['gpu_bytes'] if g) / 2**30:.1f} GiB, host {mem['host_bytes'] / 2**30:.1f} GiB "
+            f"({mem.get('host_source') or 'as counted'}); capacity = the smaller of (GPU x "
+            f"{memory_model.USABLE_GPU_SHARE:.0%} - activations) / GPU B/param and host x "
+            f"{memory_model.USABLE_HOST_SHARE:.0%} / host B/param")
+    out = [head, "", "| mode | dtype | GPU B/param | host B/param | activations GiB (measured at) | capacity "
+           "| limited by | largest model trained | smallest out of memory |",
+           "|---|---|---:|---:|---|---:|---|---|---|"]
+    for r in rows:
+        fit = f"{r.largest_fit.model} ({_b(r.largest_fit.n_params)})" if r.largest_fit else "-"
+        oom = f"{r.smallest_oom.model} ({_b(r.smallest_oom.n_params)})" if r.smallest_oom else "-"
+        act = f"{r.activations / 2**30:.1f} ({r.measured_at})" if r.measured_at else "not measured: 0"
+        out.append(f"| {r.mode} | {r.dtype} | {r.gpu_bytes_per_param:g} | {r.host_bytes_per_param:g} | {act} | "
+                   f"{_b(r.capacity.params)} | {r.capacity.limit} | {fit} | {oom} |")
+    return "\n".join(out)
