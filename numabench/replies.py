@@ -25,6 +25,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence, TypeVar
 
+from numabench.numa.kind_check import KindPlacement
 from numabench.numa.placement import PlacementReport
 
 T = TypeVar("T")
@@ -99,9 +100,11 @@ class Record:
 
 @dataclass(frozen=True)
 class SetupReply(Record):
-    """What every family's setup reports: where the memory the case measures landed."""
+    """What every family's setup reports: where the memory the case measures landed, and, under the
+    ``place`` axis, where each kind of its state landed (numabench.toolkit.placed_state; None: no ``place``)."""
 
     placement: PlacementReport
+    kinds: list[KindPlacement] | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)

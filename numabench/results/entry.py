@@ -75,6 +75,7 @@ def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, met
         "run_fixed_parts_s": result.fixed_parts_s,
         INVOCATION_MEDIANS: result.invocation_medians(phase),
         INVOCATION_MACHINES: [machine] * len(result.invocation_medians(phase)),
+        **result.extra,
         **metrics,
     }
     if result.slowdown != 1.0:
