@@ -271,3 +271,28 @@ def test_the_process_policy_is_back_after_a_switch():
             raise RuntimeError("inside")
     assert mempolicy.get_mempolicy() == before
     assert os.sysconf("SC_PAGE_SIZE") == PAGE
+
+
+def test_cpu_adam_places_each_kind_and_the_entry_records_it():
+    """Through the runner (a re-exec'd worker): every kind of cpu_adam's state judged against its own
+    policy, the kinds left out against the process policy; the entry holds each rank's kinds."""
+    pytest.importorskip("torch")
+    from numabench.results.entry import measured_extra_info
+    from numabench.workers.run import run_case
+
+    topo = discover("/")
+    node = (topo.memory_node_ids or (0,))[0]
+    case = Case("cpu_adam", 1, 1 << 18, Policy.parse(f"bind:{node}"), "fp32",
+                (("impl", "torch-fused+copy"), ("place", f"master:bind:{node}+weights:interleave:{node}")))
+    res = run_case(case, family("cpu_adam"), topo, probe(first_node=node), rounds=1, warmup=0, timeout_s=300)
+    extra = measured_extra_info(res, "step", "hk", family("cpu_adam").metrics(res, "step"))
+    [rank] = extra["placement"]
+    kinds = {(k["kind"], k["policy"]): k for k in rank["kinds"]}
+    assert set(kinds) == {("master", f"bind:{node}"), ("grads", "process"), ("moments", "process"),
+                          ("weights", f"interleave:{node}")}
+    assert kinds[("master", f"bind:{node}")]["bytes_by_node"] == {str(node): 1 << 20}
+    assert kinds[("weights", f"interleave:{node}")]["planned_bytes"] == 1 << 19  # bf16
+    assert all(k["ok"] for k in rank["kinds"]) and rank["ok"]
+    assert extra["place"] == f"master:bind:{node}+weights:interleave:{node}"
+    if len(topo.memory_node_ids) == 1:
+        assert extra["place_note"] == f"one NUMA node with memory: every kind on node {node}"

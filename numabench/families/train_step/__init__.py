@@ -126,10 +126,12 @@ def skip_reason(case) -> str | None:
 # GPU). DeepSpeed's ZeRO-Offload: the fp32 gradient partition is written by the copy out and read by
 # CPU Adam, which reads and writes the master partition and the moments, and the master partition is
 # read once more for the updated weights' copy back.
+# ZeRO-2 also keeps the compute weights on the host, written by the cast after CPU Adam and read by
+# their copy to the GPU.
 PLACED_TOUCHES = {"streamed": {"master": 2, "moments": 2},
-                  "deepspeed-zero2": {"master": 3, "moments": 2, "grads": 2},
+                  "deepspeed-zero2": {"master": 3, "moments": 2, "grads": 2, "weights": 2},
                   "deepspeed-zero3": {"master": 3, "moments": 2, "grads": 2}}
-KIND_BYTES_PER_PARAM = {"master": 4, "moments": 8, "grads": 4}  # fp32
+KIND_BYTES_PER_PARAM = {"master": 4, "moments": 8, "grads": 4}  # fp32; weights: the training dtype
 
 
 def state_kinds(case: Case) -> tuple[StateKind, ...]:
@@ -140,7 +142,8 @@ def state_kinds(case: Case) -> tuple[StateKind, ...]:
         return ()
     n = param_count(model_config(case.param("model", "tiny")))
     share = 1 if case.param("mode") == "streamed" else case.nprocess
-    return tuple(StateKind(k, -(-KIND_BYTES_PER_PARAM[k] * n // share), t) for k, t in touches.items())
+    per_param = {**KIND_BYTES_PER_PARAM, "weights": case.itemsize}
+    return tuple(StateKind(k, -(-per_param[k] * n // share), t) for k, t in touches.items())
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
