@@ -20,6 +20,7 @@ from numabench.numa.policy import Policy
 
 if TYPE_CHECKING:
     from numabench.numa.kind_check import KindVerdict
+    from numabench.numa.numastat import NodeMemory
     from numabench.replies import SetupReply
     from numabench.machine.topology import Topology
 
@@ -272,6 +273,8 @@ class CaseResult:
     fixed_parts_s: dict[str, float] = field(default_factory=dict)
     # the CPUs each rank's worker ran on (numabench.replies.SetupDone.affinity)
     affinity: list[list[int]] = field(default_factory=list)
+    # each rank's memory per NUMA node after set-up, as numastat -p counts it (SetupDone.node_memory)
+    node_memory: list["NodeMemory | None"] = field(default_factory=list)
 
     def median(self, phase: str) -> float:
         return statistics.median(self.phases[phase])

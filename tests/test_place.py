@@ -294,5 +294,9 @@ def test_cpu_adam_places_each_kind_and_the_entry_records_it():
     assert kinds[("weights", f"interleave:{node}")]["planned_bytes"] == 1 << 19  # bf16
     assert all(k["ok"] for k in rank["kinds"]) and rank["ok"]
     assert extra["place"] == f"master:bind:{node}+weights:interleave:{node}"
+    # every entry: the rank's memory per node as numastat -p counts it, the placed state in its Private row
+    [mem] = extra["node_memory_per_rank"]
+    assert set(mem) == {"huge", "heap", "stack", "private"}
+    assert mem["private"][str(node)] >= (4 + 1) * (1 << 20)
     if len(topo.memory_node_ids) == 1:
         assert extra["place_note"] == f"one NUMA node with memory: every kind on node {node}"

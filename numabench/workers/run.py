@@ -146,6 +146,7 @@ def run_variants(case: Case, variants: list[tuple[tuple[str, str], ...]], family
                                                 variant),
                                       phases=phases[k], per_rank=per_rank[k],
                                       setup_info=[d.info for d in dones], affinity=[d.affinity for d in dones],
+                                      node_memory=[d.node_memory for d in dones],
                                       placement=placements, launcher=how, commands=commands, slowdown=slowdown,
                                       extra=place_note(case, topology)))
     # The run's cost, for time plans: fixed (start, set-up, checks, teardown) and per step request
