@@ -17,6 +17,7 @@ DEFAULT_WARMUP = 3
 # buffers, the copy out writes back param and the moments).
 STATE_BUFFERS = {"param": "master", "grad": "grads", "exp_avg": "moments", "exp_avg_sq": "moments"}
 TOUCHES = {"master": 2, "moments": 2, "grads": 1}
+COPIED = {"h2d": ("param", "grad", "exp_avg", "exp_avg_sq"), "d2h": ("param", "exp_avg", "exp_avg_sq")}
 
 
 def state_kinds(case: Case) -> tuple[StateKind, ...]:
@@ -54,8 +55,8 @@ def metrics(result: CaseResult, phase: str) -> dict:
     itemsize = result.case.itemsize
     n = result.case.numel_per_rank * result.case.nprocess
     med = result.median(phase)
-    moved = {"h2d": 4 * n * itemsize, "d2h": 3 * n * itemsize, "compute": 7 * n * itemsize,
-             "step": 7 * n * itemsize}[phase]
+    moved = {"h2d": len(COPIED["h2d"]) * n * itemsize, "d2h": len(COPIED["d2h"]) * n * itemsize,
+             "compute": 7 * n * itemsize, "step": 7 * n * itemsize}[phase]
     out = {
         "bytes": moved,
         "GBps": round(moved / med / 1e9, 3),
