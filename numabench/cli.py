@@ -300,7 +300,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
                  threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence, coarsest_pct=coarsest,
                  base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
-                 progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True))
+                 progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), head_axis=ns.head_axis)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -616,6 +616,10 @@ def build_parser() -> OneLineParser:
                         f"unresolved, not same (default {DEFAULT_COARSEST.replace('%', '%%')})")
     p.add_argument("--base-env", action="append", metavar="NAME=VALUE", help="environment for base runs")
     p.add_argument("--head-env", action="append", metavar="NAME=VALUE", help="environment for head runs")
+    p.add_argument("--head-axis", default=None, metavar="KNOB=VALUE",
+                   help="head runs with this knob value (e.g. place=master:bind:0+grads:bind:0+moments:bind:0), base "
+                        "at its default; each head entry judged against the base entry of the same case (with BASE "
+                        "the head's revision: an A/B of the setting)")
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text (terminal), markdown (a CI job summary), github (GitHub Actions annotations: an "
                         "error per slower entry), json (the A/B run as data)")
