@@ -47,6 +47,7 @@ from numabench.cases import (
 )
 from numabench.errors import UsageError
 from numabench.replies import SetupReply, strict_kwargs
+from numabench.numa.budget import KindDemand
 from numabench.numa.place import Place
 from numabench.numa.policy import Policy
 
@@ -54,17 +55,6 @@ if TYPE_CHECKING:
     from numabench.cases import CaseResult
     from numabench.machine.capabilities import Capabilities
     from numabench.machine.topology import Topology
-
-
-@dataclass(frozen=True)
-class StateKind:
-    """A kind of host tensor a case keeps per rank (numabench.numa.place.TENSOR_KINDS): its bytes per
-    rank (the family's own count: workers place by the real buffers) and how many times a step
-    reads or writes each of its bytes (the order a DRAM budget is filled in, numabench.numa.budget)."""
-
-    kind: str
-    bytes_per_rank: int
-    touches: float
 
 
 # The share of host memory a case may plan to use (the rest: the OS, the parent, page cache):
@@ -272,8 +262,10 @@ class Family:
     injects_slowdown: bool = False
     # the phases whose times add up to one round (None: all of them); for the time plan
     round_phases: tuple[str, ...] | None = None
-    # the host state kinds a case keeps per rank, which the ``place`` knob places (empty: none)
-    state_kinds: Callable[["Case"], tuple[StateKind, ...]] = lambda case: ()
+    # the host state kinds a case keeps per rank (numabench.numa.place.TENSOR_KINDS), which the
+    # ``place`` knob places (empty: none): each kind's bytes per rank (the family's own count:
+    # workers place by their real buffers) and the times a step touches each byte
+    state_kinds: Callable[["Case"], tuple[KindDemand, ...]] = lambda case: ()
     # the ci tier's narrower choice where the whole default matrix is more than a CI job can
     # afford (numabench.tiers): sizes and axis values (None / absent: the defaults)
     ci_sizes: tuple[int, ...] | None = None

@@ -11,7 +11,7 @@ by it, the parent and the tests read it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from numabench.numa.budget import KindDemand, KindSplit, latency_first
 from numabench.numa.place import Place
@@ -27,8 +27,7 @@ class StateBuffer:
     nbytes: int
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """Bytes [offset, offset + nbytes) of a buffer, placed under ``policy`` (None: the process policy)."""
 
     offset: int

@@ -68,8 +68,10 @@ def run_in_guest(*command: str, kernel: str = "6.12") -> subprocess.CompletedPro
     t0 = time.monotonic()
     # The guest's python3 is this interpreter (the venv's, with torch), not whatever is on PATH.
     env = {**os.environ, "NUMABENCH_PYTHON": sys.executable}
-    out = subprocess.run([str(RUN_IN_GUEST), "--kernel", kernel, "--", *command], capture_output=True, text=True,
-                         timeout=BOOT_TIMEOUT_S + 60, cwd=REPO, env=env)
+    # the guest's own limit (run-in-guest's default is 600 s) under this one: the 6.12 boot's checks
+    # take 5-6 min on 2 shared cores
+    out = subprocess.run([str(RUN_IN_GUEST), "--kernel", kernel, "--timeout", str(BOOT_TIMEOUT_S), "--", *command],
+                         capture_output=True, text=True, timeout=BOOT_TIMEOUT_S + 60, cwd=REPO, env=env)
     out.seconds = time.monotonic() - t0  # type: ignore[attr-defined]
     return out
 
@@ -290,7 +292,7 @@ def _planned_slow(key: str, numel: int, budget: str) -> tuple[int, int]:
     from numabench.numa.policy import Policy
 
     kinds = family(key).state_kinds(Case(key, 1, numel, Policy.parse("bind:0"), "fp32"))
-    split = latency_first([KindDemand(k.kind, k.bytes_per_rank, k.touches) for k in kinds],
+    split = latency_first([KindDemand(k.kind, k.nbytes, k.touches) for k in kinds],
                           Place.parse(budget).budget.nbytes, PAGE)
     return sum(s.fast_bytes for s in split), sum(s.slow_bytes for s in split)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from numabench.cases import Case, CaseResult
 from numabench.families.adam_offload.reply import AdamOffloadReply
-from numabench.families.base import Family, StateKind
+from numabench.families.base import Family
+from numabench.numa.budget import KindDemand
 
 # Qwen2.5-7B partition sizes, as the seed benchmark uses.
 SEED_SIZES = (1835008, 12845056, 67895296, 544997376)
@@ -20,10 +21,10 @@ TOUCHES = {"master": 2, "moments": 2, "grads": 1}
 COPIED = {"h2d": ("param", "grad", "exp_avg", "exp_avg_sq"), "d2h": ("param", "exp_avg", "exp_avg_sq")}
 
 
-def state_kinds(case: Case) -> tuple[StateKind, ...]:
+def state_kinds(case: Case) -> tuple[KindDemand, ...]:
     per_tensor = case.numel_per_rank * case.itemsize
     count = {k: list(STATE_BUFFERS.values()).count(k) for k in TOUCHES}
-    return tuple(StateKind(k, count[k] * per_tensor, t) for k, t in TOUCHES.items())
+    return tuple(KindDemand(k, count[k] * per_tensor, t) for k, t in TOUCHES.items())
 
 
 def skip_reason(case: Case) -> str | None:

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from numabench.cases import Case, CaseResult
-from numabench.families.base import Family, StateKind
+from numabench.families.base import Family
 from numabench.families.cpu_adam.reply import CpuAdamReply
+from numabench.numa.budget import KindDemand
 
 DEFAULT_ROUNDS = 15
 DEFAULT_WARMUP = 2
@@ -20,11 +21,11 @@ TOUCHES = {"master": 2, "moments": 2, "grads": 1, "weights": 1}
 COPY_OUT_ITEMSIZE = 2  # bf16
 
 
-def state_kinds(case: Case) -> tuple[StateKind, ...]:
+def state_kinds(case: Case) -> tuple[KindDemand, ...]:
     n = case.numel_per_rank
     size = {"master": n * case.itemsize, "grads": n * case.itemsize, "moments": 2 * n * case.itemsize,
             "weights": n * COPY_OUT_ITEMSIZE}
-    return tuple(StateKind(k, size[k], t) for k, t in TOUCHES.items())
+    return tuple(KindDemand(k, size[k], t) for k, t in TOUCHES.items())
 
 
 def skip_reason(case) -> str | None:

@@ -39,9 +39,10 @@ import importlib.util
 import statistics
 
 from numabench.cases import Case, CaseResult
-from numabench.families.base import CPU_BINDS, GpuOrCpuFamily, StateKind
+from numabench.families.base import CPU_BINDS, GpuOrCpuFamily
 from numabench.families.train_step.configs import model_config, param_count
 from numabench.families.train_step.reply import TrainStepReply
+from numabench.numa.budget import KindDemand
 
 DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
@@ -134,7 +135,7 @@ PLACED_TOUCHES = {"streamed": {"master": 2, "moments": 2},
 KIND_BYTES_PER_PARAM = {"master": 4, "moments": 8, "grads": 4}  # fp32; weights: the training dtype
 
 
-def state_kinds(case: Case) -> tuple[StateKind, ...]:
+def state_kinds(case: Case) -> tuple[KindDemand, ...]:
     """The host state kinds of a placed mode per rank: streamed keeps a whole copy on every rank,
     ZeRO splits it over the ranks (the workers place the real partitions, padding included)."""
     touches = PLACED_TOUCHES.get(case.param("mode", "ddp"))
@@ -143,7 +144,7 @@ def state_kinds(case: Case) -> tuple[StateKind, ...]:
     n = param_count(model_config(case.param("model", "tiny")))
     share = 1 if case.param("mode") == "streamed" else case.nprocess
     per_param = {**KIND_BYTES_PER_PARAM, "weights": case.itemsize}
-    return tuple(StateKind(k, -(-per_param[k] * n // share), t) for k, t in touches.items())
+    return tuple(KindDemand(k, -(-per_param[k] * n // share), t) for k, t in touches.items())
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
