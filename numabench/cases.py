@@ -19,6 +19,8 @@ from numabench.numa.placement import PlacementReport, Verdict
 from numabench.numa.policy import Policy
 
 if TYPE_CHECKING:
+    from numabench.numa.kind_check import KindVerdict
+    from numabench.numa.numastat import NodeMemory
     from numabench.replies import SetupReply
     from numabench.machine.topology import Topology
 
@@ -96,6 +98,7 @@ class Knob:
     help: str  # what it sets, and its unit
     parse: Callable[[str], str]  # the value as given -> its canonical text (raises UsageError)
     retired_env: str | None = None  # the environment variable it replaces (an error where set)
+    separator: str = ","  # between values in --numa-axis NAME=V1,V2 (";" where a value holds commas)
 
 
 _ASCII_DIGITS = re.compile(r"[0-9]+")  # str.isdigit() is true of '٣' and '²' too
@@ -121,6 +124,12 @@ def _choice(*allowed: str):
     return parse
 
 
+def _place(text: str) -> str:
+    from numabench.numa.place import Place
+
+    return str(Place.parse(text))
+
+
 # Every knob of every family (the one table; a family names its own in ``Family.knobs``).
 # Names differ from every metric key of an entry's extra_info (e.g. ``chunk_elems`` there is
 # the chunk used, whatever chose it), so an entry's axes read back unambiguously.
@@ -138,6 +147,10 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          _choice("scalar", "avx2", "avx512"), "NUMABENCH_CPU_ADAM_SIMD"),
     Knob("chunk_nbytes", "broadcast: bytes per chunk of the pipelined and relay methods (auto: 16 MiB, at "
          "least 8 chunks, never under 1 MiB)", _whole(1, "bytes"), "NUMABENCH_BCAST_CHUNK_BYTES"),
+    Knob("place", "adam_offload, cpu_adam, train_step (streamed, deepspeed-*): each kind of host tensor under its "
+         "own policy, KIND:POLICY[+KIND:POLICY] (kinds master, grads, moments, weights), or a DRAM budget per "
+         "rank, budget:SIZE:FAST:SLOW (numabench.numa.place; auto: the process policy places everything); "
+         "values separated by ';'", _place, separator=";"),
 )}
 
 
@@ -195,11 +208,15 @@ class Case:
 
 
 def parse_axis_option(text: str) -> tuple[str, list[str]]:
-    """'alloc=register,torch' -> ('alloc', ['register', 'torch'])."""
+    """'alloc=register,torch' -> ('alloc', ['register', 'torch']); a knob whose values hold commas
+    separates them by its own separator ('place=master:bind:0;budget:1G:0:2')."""
     name, eq, values = text.partition("=")
-    vals = [v.strip() for v in values.split(",")]
+    knob = KNOBS.get(name.strip())
+    sep = knob.separator if knob else ","
+    vals = [v.strip() for v in values.split(sep)]
     if not eq or not name.strip() or not all(vals):
-        raise UsageError(f"bad --numa-axis {text!r}: write AXIS=VALUE[,VALUE], e.g. alloc=register,torch")
+        example = ("place=master:bind:0+moments:bind:2;budget:1G:0:2" if sep == ";" else "alloc=register,torch")
+        raise UsageError(f"bad --numa-axis {text!r}: write AXIS=VALUE[{sep}VALUE], e.g. {example}")
     return name.strip(), vals
 
 
@@ -221,12 +238,16 @@ class RankPlacement:
     policy: str
     report: PlacementReport
     verdict: Verdict | None  # None: the policy promises nothing (default, unbound)
+    # under the ``place`` axis: each kind's pages judged against its own policy (``verdict`` is theirs)
+    kinds: list["KindVerdict"] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"rank": self.rank, "policy": self.policy, **self.report.to_dict()}
         if self.verdict:
             d.update(ok=self.verdict.ok, deviation_pp=round(self.verdict.deviation_pp, 3),
                      message=self.verdict.message)
+        if self.kinds:
+            d["kinds"] = [k.to_dict() for k in self.kinds]
         return d
 
 
@@ -252,6 +273,8 @@ class CaseResult:
     fixed_parts_s: dict[str, float] = field(default_factory=dict)
     # the CPUs each rank's worker ran on (numabench.replies.SetupDone.affinity)
     affinity: list[list[int]] = field(default_factory=list)
+    # each rank's memory per NUMA node after set-up, as numastat -p counts it (SetupDone.node_memory)
+    node_memory: list["NodeMemory | None"] = field(default_factory=list)
 
     def median(self, phase: str) -> float:
         return statistics.median(self.phases[phase])

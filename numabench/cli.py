@@ -187,14 +187,26 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
 
 def cmd_advise(ns: argparse.Namespace) -> int:
+    from numabench.cases import parse_sizes
+    from numabench.numa.place import parse_bytes
     from numabench.results import storage
     from numabench.results.advise import advise, render
+    from numabench.results.budget_advice import budget_advice, render_budget
     from numabench.results.report import combine_runs
     from numabench.results.tables import parse_where
 
     check_family(ns.family)
+    if ns.at_numel and not ns.dram_budget:
+        raise UsageError("--at-numel answers the --dram-budget question: give --dram-budget too")
+    if ns.dram_budget and ns.family not in (None, "adam_offload"):
+        raise UsageError(f"--dram-budget models adam_offload's copies; --family {ns.family} has none to model")
+    budgets = [parse_bytes(b) for b in ns.dram_budget or ()]
+    at = parse_sizes(ns.at_numel)[0] if ns.at_numel else None
     run = combine_runs(ns.run_json) if len(ns.run_json) > 1 else storage.load_run(ns.run_json[0])
-    sys.stdout.write(render(advise(run, ns.family, parse_where(ns.where))))
+    if budgets:
+        sys.stdout.write(render_budget(budget_advice(run, budgets, at, parse_where(ns.where))))
+    else:
+        sys.stdout.write(render(advise(run, ns.family, parse_where(ns.where))))
     return 0
 
 
@@ -288,7 +300,8 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
                  threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence, coarsest_pct=coarsest,
                  base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
-                 progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave)
+                 progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave,
+                 head_axis=ns.head_axis)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -514,6 +527,11 @@ def build_parser() -> OneLineParser:
     p.add_argument("run_json", nargs="+", help="runs of one machine (combined), e.g. plain and weighted imports")
     p.add_argument("--family", default=None, help="only this family")
     p.add_argument("--where", action="append", metavar="AXIS=VALUE", help="only entries with this axis value")
+    p.add_argument("--dram-budget", action="append", metavar="SIZE",
+                   help="instead: with SIZE of DRAM per GPU (K/M/G binary, e.g. 4G; repeatable), which kinds of "
+                        "adam_offload's state go to the slower node and what the step costs (docs/ADVISOR.md)")
+    p.add_argument("--at-numel", default=None, metavar="N",
+                   help="with --dram-budget: answer at N elements (e.g. 7.6G) instead of each measured size")
     p.set_defaults(func=cmd_advise)
     p = sub.add_parser("history", help="the saved runs of a hardware key in time order: per entry its series and "
                                        "change points (the gate's rule between consecutive runs)")
@@ -605,6 +623,10 @@ def build_parser() -> OneLineParser:
                         f"unresolved, not same (default {DEFAULT_COARSEST.replace('%', '%%')})")
     p.add_argument("--base-env", action="append", metavar="NAME=VALUE", help="environment for base runs")
     p.add_argument("--head-env", action="append", metavar="NAME=VALUE", help="environment for head runs")
+    p.add_argument("--head-axis", default=None, metavar="KNOB=VALUE",
+                   help="head runs with this knob value (e.g. place=master:bind:0+grads:bind:0+moments:bind:0), base "
+                        "at its default; each head entry judged against the base entry of the same case (with BASE "
+                        "the head's revision: an A/B of the setting)")
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text (terminal), markdown (a CI job summary), github (GitHub Actions annotations: an "
                         "error per slower entry), json (the A/B run as data)")

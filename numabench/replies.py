@@ -8,7 +8,8 @@ the workers both import it).
   (``to_dict``); the parent parses it with ``from_dict``, strictly: a key that is not a field, or
   a required field that is missing, is a ValueError naming them and the allowed ones.
 - ``SetupDone``: what numabench.workers.main adds to every family's reply (the correctness checks
-  it ran, the CPUs it runs on, where its start-up and set-up time went: ``SetupTiming``).
+  it ran, the CPUs it runs on, where its start-up and set-up time went: ``SetupTiming``, and its
+  memory per NUMA node after set-up as ``numastat -p`` counts it: ``NodeMemory``).
 - ``check_step``: a step's ``{phase: seconds}``, checked where the worker makes it: each name
   one of the family's phases or declared step parts, each time a finite number >= 0.
 
@@ -25,6 +26,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence, TypeVar
 
+from numabench.numa.kind_check import KindPlacement
+from numabench.numa.numastat import NodeMemory
 from numabench.numa.placement import PlacementReport
 
 T = TypeVar("T")
@@ -99,9 +102,11 @@ class Record:
 
 @dataclass(frozen=True)
 class SetupReply(Record):
-    """What every family's setup reports: where the memory the case measures landed."""
+    """What every family's setup reports: where the memory the case measures landed, and, under the
+    ``place`` axis, where each kind of its state landed (numabench.toolkit.placed_state; None: no ``place``)."""
 
     placement: PlacementReport
+    kinds: list[KindPlacement] | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -122,17 +127,21 @@ class SetupDone:
     verified: dict[str, Any]  # correctness checks run in this worker (check key -> result)
     affinity: list[int]  # the CPUs this worker may run on
     timing: SetupTiming
+    node_memory: NodeMemory | None = None  # the process's memory per node after set-up (numastat -p)
 
     def to_dict(self) -> dict[str, Any]:
         return {"info": self.info.to_dict(), "verified": dict(self.verified), "affinity": list(self.affinity),
-                "timing": self.timing.to_dict()}
+                "timing": self.timing.to_dict(),
+                "node_memory": self.node_memory.to_dict() if self.node_memory is not None else None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], reply: type[SetupReply]) -> "SetupDone":
         """The answer ``to_dict`` wrote, its ``info`` parsed as the family's ``reply`` class."""
         kwargs = strict_kwargs(cls, d)
+        mem = kwargs.get("node_memory")
         return cls(info=reply.from_dict(kwargs["info"]), verified=dict(kwargs["verified"]),
-                   affinity=[int(c) for c in kwargs["affinity"]], timing=SetupTiming.from_dict(kwargs["timing"]))
+                   affinity=[int(c) for c in kwargs["affinity"]], timing=SetupTiming.from_dict(kwargs["timing"]),
+                   node_memory=NodeMemory.from_dict(mem) if mem is not None else None)
 
 
 def check_step(times: Mapping[str, Any], allowed: Sequence[str]) -> dict[str, float]:

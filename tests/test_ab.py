@@ -268,3 +268,31 @@ def test_run_ab_by_rounds_runs_one_session_of_the_head_with_the_base_checked_out
 def test_run_ab_refuses_the_options_it_sets_itself(repo, arg):
     with pytest.raises(UsageError, match=f"pytest argument {arg}: numabench ab sets it"):
         run_ab("HEAD~1", "HEAD", ["benchmarks", arg], pairs=2, cwd=repo, build_side=lambda s: "")
+
+
+def test_head_axis_judges_a_setting_against_its_default_case_by_case(repo):
+    """--head-axis: the head runs with a knob's value, the base at auto, one revision; each head
+    entry is judged against the base entry of the same case (its name without the knob)."""
+    place = "master:bind:0+grads:bind:0+moments:bind:0"
+    base_name = "benchmarks/test_adam_offload.py::test_adam_offload[h2d-np1-67.9M-bind:0-fp32-ours-serial-register]"
+    head_name = base_name.replace("-register]", f"-register-place={place}]")
+    args_seen = {}
+
+    def invoke_one(side: Side, pytest_args, json_path: Path) -> dict[str, float]:
+        args_seen[side.label] = list(pytest_args)
+        return {head_name if "place=" in " ".join(pytest_args) else base_name: 1e-3}
+
+    res = run_ab("HEAD", None, ["benchmarks/test_adam_offload.py"], pairs=2, cwd=repo, invoke_one=invoke_one,
+                 build_side=lambda s: "", head_axis="place=moments:bind:0+master:bind:0+grads:bind:0")
+    assert args_seen["HEAD"] == ["benchmarks/test_adam_offload.py"]
+    assert args_seen[f"worktree --numa-axis place={place}"][-2:] == ["--numa-axis", f"place={place}"]
+    [row] = res.rows
+    assert row.fullname == base_name and row.verdict == SAME and not res.missing
+    for bad, message in (("place=auto", "runs place at auto already"), ("nosuch=1", "allowed NAME=VALUE with NAME a knob"),
+                         ("place=master:bind:x", "--numa-axis place")):
+        with pytest.raises(UsageError, match=message):
+            run_ab("HEAD", None, ["benchmarks"], pairs=2, cwd=repo, invoke_one=invoke_one, build_side=lambda s: "",
+                   head_axis=bad)
+    with pytest.raises(UsageError, match="the pytest arguments select place too"):
+        run_ab("HEAD", None, ["benchmarks", "--numa-axis", "place=master:bind:0"], pairs=2, cwd=repo,
+               invoke_one=invoke_one, build_side=lambda s: "", head_axis=f"place={place}")

@@ -485,3 +485,37 @@ def test_the_streamed_mode_declares_our_kernel_where_ranks_run_on_gpus(monkeypat
     assert FAM.kernels_for({"mode": "no-offload", "model": "small"}) == ()
     monkeypatch.setattr(ts, "_cuda_here", lambda: False)
     assert FAM.kernels_for({"mode": "streamed", "model": "tiny"}) == ()
+
+
+@pytest.mark.parametrize("mode, place", [
+    ("deepspeed-zero2", "master:bind:{n}+grads:bind:{n}+moments:interleave:{n}+weights:bind:{n}"),
+    ("deepspeed-zero3", "master:bind:{n}+grads:bind:{n}+moments:interleave:{n}"),
+    ("streamed", "moments:bind:{n}"),
+])
+def test_place_puts_each_kind_of_host_state_under_its_policy_on_the_cpu(mode, place):
+    """The place axis on CPU ranks: DeepSpeed's ZeRO state moved into placed buffers after its first
+    step (the model still learns, every kind found where it was placed), the streamed mode's host
+    state bound before its first touch; each kind's pages judged by the parent."""
+    if mode.startswith("deepspeed"):
+        pytest.importorskip("deepspeed", reason="the optional package deepspeed is not installed (numabench[deepspeed])")
+    if TOPO.gpus:
+        pytest.skip("this machine has GPUs: the modes run on CUDA there (the GPU tests)")
+    node = (TOPO.memory_node_ids or (0,))[0]
+    text = place.format(n=node)
+    c = Case("train_step", 1, 4, Policy.parse(f"bind:{node}"), "fp32",
+             (("mode", mode), ("model", "tiny"), ("place", text)))
+    assert FAM.skip_reason(c, TOPO, CAPS) is None
+    res = run_case(c, FAM, TOPO, CAPS, rounds=2, warmup=0, timeout_s=600)
+    [p] = res.placement
+    kinds = {k.placement.kind: k for k in p.kinds}
+    declared = {k.kind for k in FAM.state_kinds(c)}
+    assert set(kinds) == declared, (kinds, declared)
+    assert p.verdict.ok and all(k.verdict.ok for k in p.kinds), p.to_dict()
+    for kind, policy in (part.split(":", 1) for part in text.split("+")):
+        assert kinds[kind].placement.policy == policy and kinds[kind].placement.planned_bytes > 0
+    if mode == "streamed":
+        assert kinds["master"].placement.policy is None  # not named: the process policy's
+    info = res.setup_info[0]
+    assert info.setup_losses[-1] < info.setup_losses[0]
+    if len(TOPO.memory_node_ids) == 1:
+        assert res.extra == {"place_note": f"one NUMA node with memory: every kind on node {node}"}

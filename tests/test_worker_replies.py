@@ -27,7 +27,7 @@ def crossed(d: dict) -> dict:
 
 def test_from_dict_rejects_an_unknown_key_naming_it_and_the_allowed_ones():
     d = crossed(plausible_reply("touch").to_dict())
-    with pytest.raises(ValueError, match=r"TouchReply has no field\(s\) 'byts': allowed placement, numa_maps, bytes"):
+    with pytest.raises(ValueError, match=r"TouchReply has no field\(s\) 'byts': allowed placement, kinds, numa_maps, bytes"):
         TouchReply.from_dict({**d, "byts": 1})
 
 

@@ -47,6 +47,8 @@ from numabench.cases import (
 )
 from numabench.errors import UsageError
 from numabench.replies import SetupReply, strict_kwargs
+from numabench.numa.budget import KindDemand
+from numabench.numa.place import Place
 from numabench.numa.policy import Policy
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ class WorkerSpec:
     nprocess: int = 1
     gpu: int | None = None
     policy: Policy | None = None  # the policy this rank runs under, resolved (text across the process boundary)
+    place: Place | None = None  # the case's per-kind placement, resolved for this rank (None: the process policy's)
     cpu_node: int | None = None
     cpus: tuple[int, ...] | None = None  # the CPUs it is bound to (None: unbound)
     cpu_share: int = 1  # ranks whose threads share those CPUs
@@ -96,6 +99,8 @@ class WorkerSpec:
     def __post_init__(self) -> None:
         if isinstance(self.policy, str):  # read once, where the spec is made from text
             object.__setattr__(self, "policy", Policy.parse(self.policy))
+        if isinstance(self.place, str):
+            object.__setattr__(self, "place", Place.parse(self.place))
         if self.dtype not in DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r}: allowed {', '.join(DTYPES)}")
         if (self.numel is None) == (self.batch is None):
@@ -124,6 +129,7 @@ class WorkerSpec:
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["policy"] = str(self.policy) if self.policy is not None else None
+        d["place"] = str(self.place) if self.place is not None else None
         d["cpus"] = list(self.cpus) if self.cpus is not None else None
         d["variants"] = [dict(v) for v in self.variants]
         d["verified"] = dict(self.verified)
@@ -269,6 +275,10 @@ class Family:
     injects_slowdown: bool = False
     # the phases whose times add up to one round (None: all of them); for the time plan
     round_phases: tuple[str, ...] | None = None
+    # the host state kinds a case keeps per rank (numabench.numa.place.TENSOR_KINDS), which the
+    # ``place`` knob places (empty: none): each kind's bytes per rank (the family's own count:
+    # workers place by their real buffers) and the times a step touches each byte
+    state_kinds: Callable[["Case"], tuple[KindDemand, ...]] = lambda case: ()
     # the ci tier's narrower choice where the whole default matrix is more than a CI job can
     # afford (numabench.tiers): sizes and axis values (None / absent: the defaults)
     ci_sizes: tuple[int, ...] | None = None
@@ -346,6 +356,9 @@ class Family:
         family_reason = self.case_skip_reason(case) if self.case_skip_reason else None
         if family_reason:
             return family_reason
+        place_reason = self.place_skip_reason(case, topology)
+        if place_reason:
+            return place_reason
         err = case.policy.requirement_error(topology)
         if err:
             return err
@@ -390,6 +403,32 @@ class Family:
         gpu_bytes = min(gpus) if gpus else None
         host_have = host_memory_bytes or sum(n.mem_total_bytes for n in topology.nodes)
         return self.memory_fit(case, gpu_bytes, host_have)
+
+
+    def place_skip_reason(self, case: Case, topology: "Topology") -> str | None:
+        """Why the case's ``place`` cannot run here (a kind this case does not keep on the host, a
+        node the machine lacks), or None (also where the case has no ``place``)."""
+        text = case.param("place")
+        if text is None:
+            return None
+        place = Place.parse(text)
+        held = [k.kind for k in self.state_kinds(case)]
+        if not held:
+            return f"place={place}: this {self.key} case keeps no host state of the kinds place places"
+        foreign = [k for k in place.named if k not in held]
+        if foreign:
+            return (f"place={place} names {', '.join(foreign)}, which this {self.key} case does not keep on the host "
+                    f"(it keeps {', '.join(held)})")
+        err = place.requirement_error(topology)
+        if err:
+            return err
+        locals_ = [k for k, p in place.kinds if p.kind == "local"]
+        if locals_ and self.rank_kind == "gpu" and topology.gpus:
+            unknown = [g.index for g in topology.gpus[: case.nprocess] if g.numa_node is None]
+            if unknown:
+                return (f"place={place}: local (kind {locals_[0]}) needs each GPU's NUMA node; unknown for GPU(s) "
+                        f"{unknown} (sysfs numa_node=-1)")
+        return None
 
 
 CPU_BINDS = ("node", "rank-cores", "none")

@@ -64,6 +64,7 @@ class Side:
     commit: str | None
     path: Path
     env: dict[str, str]
+    args: list[str] = field(default_factory=list)  # pytest arguments of this side's alone (--head-axis)
 
 
 @dataclass
@@ -273,7 +274,7 @@ def measure(sides: dict[str, Side], pytest_args: Sequence[str], pairs: int, scra
     measured: dict[str, list[dict[str, float]]] = {"base": [], "head": []}
     for i, label in abba_order(pairs):
         side = sides[label]
-        medians = invoke_one(side, pytest_args, scratch / f"{label}-{i}.json")
+        medians = invoke_one(side, [*pytest_args, *side.args], scratch / f"{label}-{i}.json")
         measured[label].append(medians)
         progress(f"pair {i + 1}/{pairs}: {label} ({side.label}) {len(medians)} entries")
     return measured
@@ -295,17 +296,39 @@ def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: f
     return rows, missing
 
 
+def head_axis_args(head_axis: str | None, pytest_args: Sequence[str]) -> tuple[list[str], str]:
+    """An A/B of one knob's value against its default at one revision (``--head-axis NAME=VALUE``):
+    the head's own pytest arguments, and the text its entries' names have that the base's lack
+    (``-NAME=VALUE``, which the matching removes)."""
+    from numabench.cases import KNOB_DEFAULT, KNOBS, parse_knob
+
+    if head_axis is None:
+        return [], ""
+    name, eq, value = head_axis.partition("=")
+    if not eq or name not in KNOBS:
+        raise UsageError(f"--head-axis {head_axis!r}: allowed NAME=VALUE with NAME a knob ({', '.join(KNOBS)})")
+    value = parse_knob(name, value)
+    if value == KNOB_DEFAULT:
+        raise UsageError(f"--head-axis {head_axis!r}: the base runs {name} at auto already; give another value")
+    if any(a.startswith(f"{name}=") or a.startswith(f"--numa-axis={name}=") for a in pytest_args):
+        raise UsageError(f"--head-axis {name}: the pytest arguments select {name} too; leave it to --head-axis")
+    return ["--numa-axis", f"{name}={value}"], f"-{name}={value}"
+
+
 def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: int = 5, threshold_pct: float = 1.0,
            confidence: float = 0.95, coarsest_pct: float = DEFAULT_COARSEST_PCT, base_env: dict[str, str] | None = None,
            head_env: dict[str, str] | None = None, cwd: Path | None = None,
            progress: Callable[[str], None] = lambda line: None, invoke_one: InvokeOne = invoke,
            build_side: Callable[[Side], str] = build, interleave: str = "rounds",
-           invoke_both: InvokeInterleaved = invoke_interleaved) -> ABResult:
+           invoke_both: InvokeInterleaved = invoke_interleaved, head_axis: str | None = None) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
     whole invocations, ``invoke_one`` runs one), judged per entry; the worktrees are removed
-    whatever happens."""
+    whatever happens. ``head_axis`` (``NAME=VALUE``, a knob): the head runs with that value, the
+    base at the knob's default, each head entry judged against the base entry of the same case
+    without it (an A/B of a setting, e.g. BASE = HEAD's revision); its cases differ between the
+    sides, so it runs whole invocations."""
     if pairs < 2:
         raise UsageError(f"--pairs {pairs}: allowed 2 or more (an interval needs several pairs)")
     if not 0 < confidence < 1:
@@ -317,12 +340,16 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     if taken:
         raise UsageError(f"pytest argument {taken[0]}: numabench ab sets it (pairs: --pairs; environments: "
                          "--base-env, --head-env); allowed the selection and its options")
+    head_args, head_suffix = head_axis_args(head_axis, pytest_args)
+    if head_axis:
+        interleave = "invocations"  # the sides run different cases: no round of one matches the other's
     repo = repo_root(cwd or Path.cwd())
     tmp = Path(tempfile.mkdtemp(prefix="numabench-ab-"))
     try:
         with checkouts(repo, base, head, tmp) as (base_path, base_commit, head_path, head_commit):
+            head_label = (head or WORKTREE) + (f" {' '.join(head_args)}" if head_args else "")
             sides = {"base": Side(base, base_commit, base_path, base_env or {}),
-                     "head": Side(head or WORKTREE, head_commit, head_path, head_env or {})}
+                     "head": Side(head_label, head_commit, head_path, head_env or {}, head_args)}
             for label, side in sides.items():
                 progress(f"building {label} ({side.label}) in {side.path}")
                 build_side(side)
@@ -331,6 +358,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                 measured = invoke_both(sides["base"], sides["head"], pytest_args, pairs, tmp / "ab.json")
             else:
                 measured = measure(sides, pytest_args, pairs, tmp, invoke_one, progress)
+            if head_suffix:  # the head's entries under the base's names (the knob removed)
+                measured["head"] = [{n.replace(head_suffix, ""): v for n, v in m.items()} for m in measured["head"]]
         res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence,
                        coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave)
         res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct)

@@ -7,9 +7,11 @@ extra_info of every entry: ``family, phase, nprocess, numel, numel_per_rank, dty
 policy``, one key per further axis (impl, schedule, ...) and per knob set to other than
 ``auto`` (numabench.cases.KNOBS: chunk_numel, ...), ``hardware_key``; of a measured
 entry also ``launcher, placement, per_rank_median_s, rounds, run_fixed_s, run_fixed_parts_s,
-run_step_wall_s, invocation_medians_s, invocation_machines`` and
-(with an injected slowdown) ``injected_slowdown``; then the family's metrics (bytes,
-GB/s, limits, ...).
+run_step_wall_s, invocation_medians_s, invocation_machines``, ``node_memory_per_rank`` (each
+rank's memory per NUMA node after set-up by numastat's categories: huge, heap, stack, private),
+under the ``place`` axis each rank's kinds in ``placement[i]["kinds"]`` (and ``place_note`` on a
+machine of one memory node), and (with an injected slowdown) ``injected_slowdown``; then the
+family's metrics (bytes, GB/s, limits, ...).
 """
 from __future__ import annotations
 
@@ -75,8 +77,11 @@ def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, met
         "run_fixed_parts_s": result.fixed_parts_s,
         INVOCATION_MEDIANS: result.invocation_medians(phase),
         INVOCATION_MACHINES: [machine] * len(result.invocation_medians(phase)),
+        **result.extra,
         **metrics,
     }
+    if any(m is not None for m in result.node_memory):
+        extra["node_memory_per_rank"] = [m.to_dict() if m is not None else None for m in result.node_memory]
     if result.slowdown != 1.0:
         extra["injected_slowdown"] = result.slowdown
     return extra

@@ -28,7 +28,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from numabench.cases import format_size
+from numabench.cases import KNOB_DEFAULT, format_size
 from numabench.results.tables import (
     CPULESS_MARK,
     Entry,
@@ -50,7 +50,7 @@ FLAG_STYLE = {"!": {"hatch": "///", "edgecolor": "red", "color": "red"},
 FLAG_GID = "numabench-flag"  # the one-character flag marks beside points: overlapping_labels leaves them out
 MAX_JOIN_PP = 20.0  # weighted plots: measured ratios further apart than this are not joined by a line
 
-FIG_AXES = ("nprocess", "dtype", "impl", "schedule", "kernel")
+FIG_AXES = ("nprocess", "dtype", "impl", "schedule", "kernel", "place")
 PHASE_TITLES = {"h2d": "H2D (host to device)", "d2h": "D2H (device to host)", "compute": "compute (GPU Adam)",
                 "time": "time", "write": "write"}
 # a phase whose meaning depends on the family
@@ -112,7 +112,7 @@ def _context(es: list[Entry], exclude: tuple[str, ...]) -> str:
     parts = []
     for a in FIG_AXES:
         vals = varying(es, a)
-        if a in exclude or vals == [None]:
+        if a in exclude or vals in ([None], [KNOB_DEFAULT]):  # a knob at auto: as before the knob
             continue
         text = ",".join(map(str, vals))
         parts.append(f"np{text}" if a == "nprocess" else text)

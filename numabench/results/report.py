@@ -13,6 +13,7 @@ from typing import Sequence
 
 from numabench.errors import UsageError
 from numabench.results import memory_outcomes, storage
+from numabench.results.host_memory import kinds_markdown, memory_rows, numastat_markdown
 from numabench.results.offload_modes import mode_rows, modes_table, winner_sentences
 from numabench.results.offload_share import share_rows, share_table
 from numabench.results.tables import adam_offload_table, entries, grouped_tables
@@ -49,6 +50,27 @@ def _machine_lines(run: dict) -> list[str]:
     if nb.get("source") == "seed-csv":
         lines.append("source: imported seed CSV (means only)")
     return lines
+
+
+def _host_memory_sections(run: dict, family: str | None, where: dict | None, md: list[str],
+                          text: list[str]) -> tuple[list[str], list[str]]:
+    """The placement of each kind (the place axis) and each rank's memory per node (numastat -p)."""
+    rows = memory_rows(run, family, where)
+    if any(r.kinds for r in rows):
+        table = kinds_markdown([r for r in rows if r.kinds])
+        title = "Placement by tensor kind (place)"
+        md += [f"## {title}", "", ("Each kind of a rank's host state under its own policy (`process`: the case's "
+                                   "policy places it), its planned MiB and where its pages are (move_pages), "
+                                   "checked before anything was timed."), "", table, ""]
+        text += [title, table, ""]
+    if any(r.memory for r in rows):
+        table = numastat_markdown(rows)
+        title = "Host memory per NUMA node after set-up (numastat -p)"
+        md += [f"## {title}", "", ("Each rank's resident memory per node in numastat's categories (MiB): Huge "
+                                   "(hugetlb), Heap, Stack, Private (anonymous, mmap'd and pinned buffers, file "
+                                   "pages)."), "", table, ""]
+        text += [title, table, ""]
+    return md, text
 
 
 def combine_runs(paths: Sequence[str | Path]) -> dict:
@@ -175,6 +197,7 @@ def _report(run: dict, paths: list, run_path, tables: list, family: str | None, 
         section = offload_section(run, modes)
         md += section
         text += [line for line in section if not line.startswith("## ")]
+    md, text = _host_memory_sections(run, family, where, md, text)
     markdown = "\n".join(md).rstrip() + "\n"
     md_path = None
     if out is not None:

@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from numabench.cases import format_size
+from numabench.cases import KNOB_DEFAULT, format_size
 from numabench.errors import UsageError
 from numabench.results import storage
 from numabench.gate.invocations import invocation_medians
@@ -79,13 +79,26 @@ class Entry:
 
 @functools.lru_cache(maxsize=None)
 def family_extra_axes(key: str) -> tuple[str, ...]:
-    """The family's extra axes (impl, method, binding, ...), in the order it declares them."""
+    """The family's extra axes (impl, method, binding, ...) in the order it declares them, then its
+    knobs (chunk_numel, place, ...: an entry carries one where it is not at auto)."""
     from numabench.families import family
 
     try:
-        return tuple(family(key).extra_axes)
+        fam = family(key)
     except (KeyError, ImportError):
         return FALLBACK_EXTRA_AXES
+    return tuple(fam.extra_axes) + tuple(fam.knobs)
+
+
+@functools.lru_cache(maxsize=None)
+def family_knobs(key: str) -> tuple[str, ...]:
+    """The family's knobs: an entry without one ran it at ``auto`` (left out of ids and entries)."""
+    from numabench.families import family
+
+    try:
+        return tuple(family(key).knobs)
+    except (KeyError, ImportError):
+        return ()
 
 
 def known_axes() -> tuple[str, ...]:
@@ -133,6 +146,7 @@ def entries(run: str | Path | dict, where: dict | None = None) -> list[Entry]:
         st = b["stats"]
         mean_only = x.get("stats_from") == "mean only"
         axes = {k: x[k] for k in (*BASE_AXES, *family_extra_axes(x["family"])) if k in x}
+        axes.update({k: KNOB_DEFAULT for k in family_knobs(x["family"]) if k not in axes})
         if where and not all(str(axes.get(k)) == v or (k == "numel" and k in axes and format_size(axes[k]) == v)
                              for k, v in where.items()):
             continue

@@ -6,12 +6,23 @@ Allocators (the ``alloc`` axis):
 - ``torch``: ``torch.empty(..., pin_memory=True)`` (CUDA's caching host
   allocator: rounds sizes up to a power of two).
 - ``pageable``: mmap + first touch, not pinned (CPU families, pageable copies).
+
+``segments`` (numabench.numa.kind_layout: the ``place`` axis) place a buffer range by range:
+``register`` and ``pageable`` mbind each range before the first touch; ``torch`` (whose pages
+the driver allocates and pins at once) allocates under a set_mempolicy switch to the one
+policy of its buffer, and cannot split a buffer between policies.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from numabench.numa import mempolicy
+from numabench.numa.kind_layout import Segment
+from numabench.numa.policy import Policy
 
 ALLOCATORS = ("register", "torch", "pageable")
 
@@ -45,20 +56,50 @@ class HostBuffer:
         self._keep.clear()
 
 
-def allocate(numel: int, dtype: "object", kind: str) -> HostBuffer:
-    """A host tensor of ``numel`` elements, every page touched (non-zero bytes)."""
+@contextlib.contextmanager
+def thread_policy(policy: Policy | None) -> Iterator[None]:
+    """The calling thread allocates under ``policy`` inside the block (None: unchanged); its own
+    policy is back afterwards, also on an error."""
+    if policy is None:
+        yield
+        return
+    mode, nodes = mempolicy.get_mempolicy()
+    mempolicy.set_mempolicy(policy.mode, policy.nodes)
+    try:
+        yield
+    finally:
+        mempolicy.set_mempolicy(mode, nodes)
+
+
+def bind_ranges(address: int, segments: Sequence[Segment]) -> None:
+    """Each segment's range of the mapping at ``address`` under its policy, before any page is touched."""
+    for seg in segments:
+        if seg.policy is not None and seg.nbytes:
+            mempolicy.mbind(address + seg.offset, seg.nbytes, seg.policy.mode, seg.policy.nodes)
+
+
+def allocate(numel: int, dtype: "object", kind: str, segments: Sequence[Segment] | None = None) -> HostBuffer:
+    """A host tensor of ``numel`` elements, every page touched (non-zero bytes), its ranges placed
+    by ``segments`` where given (else by the process policy)."""
     import torch
 
     if kind not in ALLOCATORS:
         raise ValueError(f"unknown allocator {kind!r}: allowed {', '.join(ALLOCATORS)}")
     itemsize = torch.empty((), dtype=dtype).element_size()
     nbytes = numel * itemsize
+    segments = tuple(segments or ())
     if kind == "torch":
-        t = torch.empty(numel, dtype=dtype, pin_memory=True)
-        ctypes.memset(t.data_ptr(), 0x3C, nbytes)  # touch every page
+        policies = {s.policy for s in segments}
+        if len(policies) > 1:
+            raise ValueError(f"allocator torch places a buffer under one policy; got {len(segments)} ranges under "
+                             f"{sorted(map(str, policies))}: allowed a split buffer with register or pageable")
+        with thread_policy(policies.pop() if policies else None):
+            t = torch.empty(numel, dtype=dtype, pin_memory=True)
+            ctypes.memset(t.data_ptr(), 0x3C, nbytes)  # touch every page
         return HostBuffer(t, t.data_ptr(), nbytes, kind)
     buf = mmap.mmap(-1, nbytes)
     addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    bind_ranges(addr, segments)
     ctypes.memset(addr, 0x3C, nbytes)  # first touch: the policy places each page now
     t = torch.frombuffer(buf, dtype=dtype, count=numel)
     hb = HostBuffer(t, addr, nbytes, kind, [buf])

@@ -33,6 +33,7 @@ from numabench.families import FAMILIES, family, worker_class
 from numabench.families.base import Family, WorkerSpec
 from numabench.replies import SetupDone, SetupReply, SetupTiming, check_step
 from numabench.interrupts import restore_interrupts
+from numabench.numa.numastat import node_memory
 from numabench.toolkit.inject import SLOWDOWN_ENV, slowdown_factor
 from numabench.workers.protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
 
@@ -120,7 +121,8 @@ def main() -> int:
                 faultlib.fire(faults, "setup", None, rank, gpu)
                 timing = SetupTiming(main_at=main_at, import_s=t1 - t0, setup_s=time.perf_counter() - t1,
                                      parts_s=worker.setup_parts_s)
-                done = SetupDone(info=info, verified=worker.verified_now, affinity=affinity, timing=timing)
+                done = SetupDone(info=info, verified=worker.verified_now, affinity=affinity, timing=timing,
+                                 node_memory=node_memory())
                 reply = {"ok": True, "info": done.to_dict()}
             elif op == OP_STEP:
                 nstep += 1

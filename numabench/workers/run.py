@@ -20,7 +20,9 @@ from numabench.families.base import Family, WorkerSpec
 from numabench.replies import SetupDone
 from numabench.machine.capabilities import Capabilities
 from numabench.machine.topology import Topology
+from numabench.numa.kind_check import judge_kinds, rank_verdict
 from numabench.numa.launch import build_command, worker_env
+from numabench.numa.place import Place
 from numabench.numa.placement import Expectation, compare
 from numabench.numa.weights import WeightSetting
 from numabench.toolkit.inject import slowdown_factor
@@ -98,9 +100,12 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
     if typed:  # a typed field comes from the case and its ranks, never from the family's extras
         raise ValueError(f"spec_extra key(s) {', '.join(typed)} name WorkerSpec fields; pass the family's "
                          f"own values only (a rank's GPU: rank_gpus)")
+    place = Place.parse(case.param("place")) if case.param("place") else None
+    places = []
     for r in ranks:
         policy = case.policy.resolve(topology, r.own_node)
         resolved.append(policy)
+        places.append(place.resolve(topology, r.own_node) if place is not None else None)
         argv = [sys.executable, "-m", "numabench.workers.main", family.key]
         if policy.kind == "default" and r.cpu_node is None and not r.cpus:
             cmd, how_r = argv, "none"
@@ -111,7 +116,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         commands.append(cmd)
         rank_specs.append(dict(
             rank=r.index, nprocess=case.nprocess, gpu=r.gpu, **family.spec_size(case.numel_per_rank), dtype=case.dtype,
-            policy=policy, cpu_node=r.cpu_node, variants=tuple(dict(v) for v in variants),
+            policy=policy, place=places[-1], cpu_node=r.cpu_node, variants=tuple(dict(v) for v in variants),
             cpus=tuple(r.cpus) if r.cpus else tuple(topology.node(r.cpu_node).cpus) if r.cpu_node is not None
             else None,
             # ranks whose threads share those CPUs: a worker sizes its thread pool by it
@@ -143,8 +148,12 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         placements: dict[str, list[RankPlacement]] = {}
         for s in sides:
             placements[s.label] = []
-            for r, policy, done in zip(ranks, resolved, dones[s.label]):
+            for r, policy, rank_place, done in zip(ranks, resolved, places, dones[s.label]):
                 report = done.info.placement
+                if rank_place is not None:  # each kind against its own policy (the whole state follows none)
+                    placements[s.label].append(_kind_placement(r, policy, rank_place, done, family, case,
+                                                               tolerance_pp))
+                    continue
                 expected = policy.expectation(cpu_node=r.cpu_node)
                 if any(f.rank in (None, r.index) for f in misplace):  # fault injection: a promise nobody keeps
                     expected = Expectation(within=(max(topology.node_ids, default=0) + 1,))
@@ -185,7 +194,9 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
                     case=Case(case.family, case.nprocess, case.numel, case.policy, case.dtype, variant),
                     phases=phases[s.label][k], per_rank=per_rank[s.label][k],
                     setup_info=[d.info for d in dones[s.label]], affinity=[d.affinity for d in dones[s.label]],
-                    placement=placements[s.label], launcher=how, commands=commands, slowdown=slowdowns[s.label]))
+                    node_memory=[d.node_memory for d in dones[s.label]],
+                    placement=placements[s.label], launcher=how, commands=commands, slowdown=slowdowns[s.label],
+                    extra=place_note(case, topology)))
     # The run's cost, for time plans: fixed (start, set-up, checks, teardown) and per step request
     t_end = time.perf_counter()
     fixed_s = t_end - t0 - steps_s
@@ -206,6 +217,29 @@ def _side_call(side: WorkerSide, sides: Sequence[WorkerSide], fn: Any, *args: An
         if len(sides) == 1:
             raise
         raise WorkerError(f"{side.describe()}: {e}") from None
+
+
+def _kind_placement(rank: Rank, policy, place: Place, done: SetupDone, family: Family, case: Case,
+                    tolerance_pp: float) -> RankPlacement:
+    """A rank's placement under ``place``: its kinds judged (numabench.numa.kind_check), one verdict of them."""
+    import os
+
+    records = done.info.kinds
+    if records is None:
+        raise PlacementError(f"rank {rank.index} of {case.id} reported no placement per kind: its family's worker "
+                             f"does not place by place={place}")
+    touches = {k.kind: k.touches for k in family.state_kinds(case)}
+    kinds = judge_kinds(records, place, policy, rank.cpu_node, touches, os.sysconf("SC_PAGE_SIZE"), tolerance_pp)
+    return RankPlacement(rank.index, str(policy), done.info.placement, rank_verdict(kinds), kinds)
+
+
+def place_note(case: Case, topology: Topology) -> dict[str, Any]:
+    """What an entry says of its ``place`` beyond the kinds: on a machine of one memory node every
+    kind lands there, whatever the placement names (the axis runs; its nodes are all one)."""
+    if not case.param("place") or len(topology.memory_node_ids) != 1:
+        return {}
+    node = topology.memory_node_ids[0]
+    return {"place_note": f"one NUMA node with memory: every kind on node {node}"}
 
 
 def fixed_parts(dones: list[SetupDone], started_at: float) -> dict[str, float]:

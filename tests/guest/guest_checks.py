@@ -55,6 +55,7 @@ WRONG = {
     "weighted:0=1,1=1,2=2": Expectation(shares={0: 0.5, 1: 0.25, 2: 0.25}),
 }
 LAUNCHERS = ["numactl", "builtin"]
+TOLERANCE_PP = 2.0
 
 
 def log(msg: str) -> None:
@@ -296,8 +297,115 @@ def check_cpu_bind() -> dict:
     return {"rows": rows}
 
 
+# -- the place axis: each kind of host tensor on its own node --------------------------------
+
+PLACE_NUMEL = 4 * 2**20  # fp32 elements per tensor: 16 MiB, adam_offload's four make 64 MiB
+PLACE_PLANS = [
+    # three kinds over three nodes, node 2 CPU-less (a CXL expander's place)
+    {"place": "master:bind:0+grads:bind:1+moments:bind:2", "process": "default"},
+    # one kind named, the others left to the process policy
+    {"place": "moments:bind:2", "process": "bind:1"},
+    # 40 MiB of node 0: master (16) and 24 of the moments' 32 there, 8 of them and the grads (16) on node 2
+    {"place": "budget:40M:0:2", "process": "default"},
+]
+PLACE_CPU_ADAM = ["budget:20M:0:2", "master:bind:1+grads:bind:2+moments:bind:0+weights:bind:2"]
+PLACE_STREAMED = "master:bind:2+moments:bind:1"
+
+
+def _pages_by_segment(host: dict, state) -> list[dict]:
+    """Page by page (move_pages), each segment of each buffer: the nodes its pages are on."""
+    from numabench.numa.mempolicy import page_nodes
+
+    rows = []
+    for name, buf in host.items():
+        for seg in state.segments[name]:
+            counts: dict[str, int] = {}
+            for status in page_nodes(buf.address + seg.offset, seg.nbytes):
+                counts[str(status)] = counts.get(str(status), 0) + 1
+            rows.append({"buffer": name, "kind": state.buffers[name].kind, "offset": seg.offset, "bytes": seg.nbytes,
+                         "policy": str(seg.policy) if seg.policy else None, "pages_by_node": counts})
+    return rows
+
+
+def _place_adam_offload_host(plan: dict, topo) -> dict:
+    """adam_offload's host state (the worker's own host_state(), its GPU parts skipped: pageable
+    buffers) under a placement, in this process, judged as the parent judges a worker's."""
+    import torch
+
+    from numabench.families import family
+    from numabench.families.adam_offload.worker import host_state
+    from numabench.numa.kind_check import judge_kinds, rank_verdict
+    from numabench.numa.place import Place
+    from numabench.toolkit.hostmem import thread_policy
+
+    place = Place.parse(plan["place"]).resolve(topo, 0)
+    process = Policy.parse(plan["process"])
+    with thread_policy(None if process.kind == "default" else process):  # the process policy's stand-in
+        host, state = host_state(PLACE_NUMEL, torch.float32, "pageable", place)
+    try:
+        records = state.report({n: b.address for n, b in host.items()})
+        touches = {k.kind: k.touches for k in family("adam_offload").state_kinds(
+            Case("adam_offload", 1, PLACE_NUMEL, process, "fp32"))}
+        verdicts = judge_kinds(records, place, process, 0, touches, os.sysconf("SC_PAGE_SIZE"), TOLERANCE_PP)
+        # the same pages against a placement they do not follow: the check must refuse them
+        wrong = Place.parse("master:bind:2+grads:bind:0+moments:bind:1" if place.budget is None else "budget:8M:0:2")
+        wrong_verdict = rank_verdict(judge_kinds(records, wrong, process, 0, touches, os.sysconf("SC_PAGE_SIZE"),
+                                                 TOLERANCE_PP))
+        return {"place": plan["place"], "process": plan["process"], "kinds": [v.to_dict() for v in verdicts],
+                "ok": bool(rank_verdict(verdicts) and rank_verdict(verdicts).ok),
+                "segments": _pages_by_segment(host, state),
+                "wrong_place": str(wrong), "wrong_ok": bool(wrong_verdict and wrong_verdict.ok)}
+    finally:
+        for b in host.values():
+            b.release()
+
+
+def check_place() -> dict:
+    """The place axis on three nodes: adam_offload's host state in this process (per-kind, a kind
+    left to the process policy, a DRAM budget), cpu_adam through pytest (its workers, the parent's
+    checks, the entries), train_step's streamed mode through the runner."""
+    topo, caps = _machine()
+    out: dict = {"adam_offload_host": []}
+    for plan in PLACE_PLANS:
+        t0 = time.monotonic()
+        try:
+            row = _place_adam_offload_host(plan, topo)
+        except Exception as e:  # recorded; the host test fails with it
+            row = {"place": plan["place"], "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+        row["seconds"] = round(time.monotonic() - t0, 1)
+        out["adam_offload_host"].append(row)
+        log(f"place adam_offload host {plan['place']} (process {plan['process']}): ok={row.get('ok')} "
+            f"{[(k['kind'], k['policy'], k['bytes_by_node']) for k in row.get('kinds', [])]} ({row['seconds']}s)")
+    json_path = Path("/tmp/guest-place-cpu_adam.json")
+    run = _pytest(["benchmarks/test_cpu_adam.py", "--numa-policies", "bind:0", "--param-sizes", "2097152",
+                   "--numa-axis", "impl=torch-fused+copy", "--numa-axis", "place=" + ";".join(PLACE_CPU_ADAM),
+                   f"--benchmark-json={json_path}", *ROUNDS], "place-cpu_adam")
+    out["cpu_adam"] = {k: run[k] for k in ("rc", "tests", "stdout_tail", "seconds")}
+    out["cpu_adam"]["entries"] = []
+    if json_path.exists():
+        for b in json.loads(json_path.read_text())["benchmarks"]:
+            x = b["extra_info"]
+            out["cpu_adam"]["entries"].append({"name": b["name"], "place": x.get("place"),
+                                               "placement": x.get("placement"),
+                                               "node_memory_per_rank": x.get("node_memory_per_rank")})
+    t0 = time.monotonic()
+    try:
+        case = Case("train_step", 1, 2, Policy.parse("bind:0"), "fp32",
+                    (("mode", "streamed"), ("model", "tiny"), ("place", PLACE_STREAMED)))
+        res = run_case(case, family("train_step"), topo, caps, rounds=1, warmup=0, timeout_s=600)
+        out["train_step"] = {"placement": [p.to_dict() for p in res.placement],
+                             "losses": res.setup_info[0].setup_losses}
+    except Exception as e:
+        out["train_step"] = {"error": f"{type(e).__name__}: {e}"}
+    out["train_step"]["seconds"] = round(time.monotonic() - t0, 1)
+    log(f"place train_step streamed {PLACE_STREAMED}: {out['train_step'].get('error') or 'ran'} "
+        f"({out['train_step']['seconds']}s)")
+    return out
+
+
 CHECKS = {
     "advise": check_advise,
+    "place": check_place,
     "cpu-bind": check_cpu_bind,
     "topo": check_topo,
     "placement": check_placement,

@@ -2,14 +2,36 @@
 policy, copied to the GPU, stepped by a fused kernel, copied back."""
 from __future__ import annotations
 
-from numabench.cases import CaseResult
+from numabench.cases import Case, CaseResult
 from numabench.families.adam_offload.reply import AdamOffloadReply
 from numabench.families.base import Family
+from numabench.numa.budget import KindDemand
 
 # Qwen2.5-7B partition sizes, as the seed benchmark uses.
 SEED_SIZES = (1835008, 12845056, 67895296, 544997376)
 DEFAULT_ROUNDS = 20
 DEFAULT_WARMUP = 3
+
+
+# The host state per rank by tensor kind (the ``place`` axis: numabench.numa.place): which kind each
+# buffer is, and how many times a step touches each byte of a kind (the copy in reads all four
+# buffers, the copy out writes back param and the moments).
+STATE_BUFFERS = {"param": "master", "grad": "grads", "exp_avg": "moments", "exp_avg_sq": "moments"}
+TOUCHES = {"master": 2, "moments": 2, "grads": 1}
+COPIED = {"h2d": ("param", "grad", "exp_avg", "exp_avg_sq"), "d2h": ("param", "exp_avg", "exp_avg_sq")}
+
+
+def state_kinds(case: Case) -> tuple[KindDemand, ...]:
+    per_tensor = case.numel_per_rank * case.itemsize
+    count = {k: list(STATE_BUFFERS.values()).count(k) for k in TOUCHES}
+    return tuple(KindDemand(k, count[k] * per_tensor, t) for k, t in TOUCHES.items())
+
+
+def skip_reason(case: Case) -> str | None:
+    if (case.param("place") or "").startswith("budget:") and case.param("alloc") == "torch":
+        return (f"place={case.param('place')} splits a kind's buffer between two nodes; allocator torch "
+                "(pin_memory) places a buffer under one policy: use alloc register")
+    return None
 
 
 def one_way_bound_s(h2d_bytes: int, d2h_bytes: int, limits: AdamOffloadReply) -> float:
@@ -34,8 +56,8 @@ def metrics(result: CaseResult, phase: str) -> dict:
     itemsize = result.case.itemsize
     n = result.case.numel_per_rank * result.case.nprocess
     med = result.median(phase)
-    moved = {"h2d": 4 * n * itemsize, "d2h": 3 * n * itemsize, "compute": 7 * n * itemsize,
-             "step": 7 * n * itemsize}[phase]
+    moved = {"h2d": len(COPIED["h2d"]) * n * itemsize, "d2h": len(COPIED["d2h"]) * n * itemsize,
+             "compute": 7 * n * itemsize, "step": 7 * n * itemsize}[phase]
     out = {
         "bytes": moved,
         "GBps": round(moved / med / 1e9, 3),
@@ -93,7 +115,9 @@ FAMILY = Family(
     # its own worker run, and the worker reads it from the variants it is given.
     extra_axes={"impl": ("ours", "torch"), "schedule": ("serial", "overlap"), "alloc": ("register", "torch")},
     worker_axes=("impl", "schedule"),
-    knobs=("chunk_numel",),  # the overlap schedule's chunk (auto: worker.auto_chunk)
+    knobs=("chunk_numel", "place"),  # the overlap schedule's chunk (auto: worker.auto_chunk); per-kind placement
+    state_kinds=state_kinds,
+    case_skip_reason=skip_reason,
     # torch's pinned allocator is measured with --numa-axis alloc=register,torch (doubles the matrix)
     default_axis_values={"alloc": ("register",)},
     # torch's caching host allocator rounds each buffer up to a power of two (up to 2x)

@@ -12,12 +12,16 @@ at once).
 """
 from __future__ import annotations
 
+from numabench.families.adam_offload import STATE_BUFFERS, TOUCHES
 from numabench.families.adam_offload.reply import AdamOffloadReply
 from numabench.families.adam_offload.schedule import OverlappedStep, Schedule
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
+from numabench.numa.kind_layout import StateBuffer
+from numabench.numa.place import Place
 from numabench.numa.placement import numa_maps_report, pages_report
-from numabench.toolkit.hostmem import allocate
+from numabench.toolkit.hostmem import HostBuffer, allocate
+from numabench.toolkit.placed_state import PlacedState
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 LIMIT_HOST_BYTES = 256 * 2**20
@@ -37,6 +41,17 @@ def auto_chunk(numel: int, itemsize: int) -> int:
     0.44x of serial on H100)."""
     return max(MIN_CHUNK_BYTES // itemsize, min(CHUNK_BYTES // itemsize, -(-numel // 8)))
 _STEP_TENSORS: dict = {}
+
+
+def host_state(numel: int, dtype, alloc: str, place: Place | None) -> tuple[dict[str, HostBuffer], PlacedState]:
+    """One rank's host state (param, grad, exp_avg, exp_avg_sq: what a step copies in and out),
+    every page touched, each buffer placed by ``place`` where given (else by the process
+    policy); with the PlacedState that counts each kind's pages. Needs no GPU with alloc pageable."""
+    import torch
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    state = PlacedState(place, [StateBuffer(n, k, numel * itemsize) for n, k in STATE_BUFFERS.items()], TOUCHES)
+    return {n: allocate(numel, dtype, alloc, state.segments_of(n)) for n in STATE_BUFFERS}, state
 
 
 def torch_fused_step_(param, grad, exp_avg, exp_avg_sq, *, lr, beta1=0.9, beta2=0.999, eps=1e-8,
@@ -130,9 +145,9 @@ class Worker(BaseWorker):
             with self.setup_part("check"):
                 errors[impl] = self.verified_once(f"adam_offload:gpu{self.spec.gpu}:{self.spec.dtype}:{impl}", check)
             self.impls[impl] = fn
-        names = ("param", "grad", "exp_avg", "exp_avg_sq")
+        names = tuple(STATE_BUFFERS)
         with self.setup_part("alloc"):
-            self.host = {n: allocate(self.numel, self.dtype, self.alloc) for n in names}
+            self.host, state = host_state(self.numel, self.dtype, self.alloc, self.spec.place)
             self.dev = {n: torch.empty(self.numel, dtype=self.dtype, device=self.device) for n in names}
         # Random, never zero: draw on the GPU (fast), copy into the placed host pages.
         g = torch.Generator(device=self.device).manual_seed(1234 + self.spec.rank)
@@ -148,13 +163,14 @@ class Worker(BaseWorker):
         with self.setup_part("placement"):
             placement = pages_report(ranges)
             maps = numa_maps_report(ranges=ranges)
+            kinds = state.report({n: b.address for n, b in self.host.items()})
         self.streams = [torch.cuda.Stream(self.device) for _ in range(3)]
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         self.overlapped = OverlappedStep(self.device, Schedule(self.chunk), self.host, self.dev,
                                          streams=self.streams)
         with self.setup_part("limits"):
             limits = self._copy_limits()
-        return AdamOffloadReply(placement=placement, numa_maps=maps,
+        return AdamOffloadReply(placement=placement, kinds=kinds, numa_maps=maps,
                                 bytes_h2d=4 * self.numel * self.host["param"].tensor.element_size(),
                                 bytes_d2h=3 * self.numel * self.host["param"].tensor.element_size(),
                                 max_rel_error=errors, alloc=self.alloc, chunk_elems=self.chunk,

@@ -1,14 +1,31 @@
 """cpu_adam: the ZeRO-Offload optimizer on the CPU, over NUMA-placed host state."""
 from __future__ import annotations
 
-from numabench.cases import CaseResult
+from numabench.cases import Case, CaseResult
 from numabench.families.base import Family
 from numabench.families.cpu_adam.reply import CpuAdamReply
+from numabench.numa.budget import KindDemand
 
 DEFAULT_ROUNDS = 15
 DEFAULT_WARMUP = 2
 
 IMPLS = ("ours", "ours+copy", "torch-fused", "torch-fused+copy", "torch-foreach", "deepspeed")
+
+
+# The host state per rank by tensor kind (the ``place`` axis): which kind each buffer is, and how
+# many times a step touches each byte of a kind (the update reads param, grad and the moments and
+# writes param and the moments back; the +copy impls write the bf16 copy of the weights).
+STATE_BUFFERS = {"param": "master", "grad": "grads", "exp_avg": "moments", "exp_avg_sq": "moments",
+                 "copy_out": "weights"}
+TOUCHES = {"master": 2, "moments": 2, "grads": 1, "weights": 1}
+COPY_OUT_ITEMSIZE = 2  # bf16
+
+
+def state_kinds(case: Case) -> tuple[KindDemand, ...]:
+    n = case.numel_per_rank
+    size = {"master": n * case.itemsize, "grads": n * case.itemsize, "moments": 2 * n * case.itemsize,
+            "weights": n * COPY_OUT_ITEMSIZE}
+    return tuple(KindDemand(k, size[k], t) for k, t in TOUCHES.items())
 
 
 def skip_reason(case) -> str | None:
@@ -51,7 +68,8 @@ FAMILY = Family(
     default_dtypes=("fp32",),
     extra_axes={"impl": IMPLS},
     worker_axes=("impl",),
-    knobs=("simd_level",),  # our kernel's SIMD level (auto: the best this CPU has)
+    knobs=("simd_level", "place"),  # our kernel's SIMD level (auto: the best this CPU has); per-kind placement
+    state_kinds=state_kinds,
     host_bytes_per_element=lambda case: 4 * case.itemsize + 2,
     case_skip_reason=skip_reason,
     metrics=metrics,

@@ -15,10 +15,12 @@ import time
 
 from numabench.families.base import Worker as BaseWorker
 from numabench.families.base import WorkerSpec
-from numabench.families.cpu_adam import IMPLS
+from numabench.families.cpu_adam import IMPLS, STATE_BUFFERS, TOUCHES
 from numabench.families.cpu_adam.reply import CpuAdamReply
+from numabench.numa.kind_layout import StateBuffer
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.toolkit.hostmem import allocate
+from numabench.toolkit.placed_state import PlacedState
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 
@@ -57,8 +59,12 @@ class Worker(BaseWorker):
                         with_copy_out=torch.bfloat16 if self.dtype == torch.float32 else None,
                         num_threads=self.threads)
         names = ("param", "grad", "exp_avg", "exp_avg_sq")
-        self.host = {n: allocate(self.numel, self.dtype, "pageable") for n in names}
-        self.copy_out = allocate(self.numel, torch.bfloat16, "pageable")
+        itemsize = {n: torch.empty((), dtype=torch.bfloat16 if n == "copy_out" else self.dtype).element_size()
+                    for n in STATE_BUFFERS}
+        state = PlacedState(self.spec.place, [StateBuffer(n, k, self.numel * itemsize[n])
+                                              for n, k in STATE_BUFFERS.items()], TOUCHES)
+        self.host = {n: allocate(self.numel, self.dtype, "pageable", state.segments_of(n)) for n in names}
+        self.copy_out = allocate(self.numel, torch.bfloat16, "pageable", state.segments_of("copy_out"))
         g = torch.Generator().manual_seed(4321 + self.spec.rank)
         t = self.host
         t["param"].tensor.normal_(0, 1, generator=g)
@@ -78,7 +84,8 @@ class Worker(BaseWorker):
                                        adamw_mode=False)
             self.ds.state[p] = {"step": 0, "exp_avg": t["exp_avg"].tensor, "exp_avg_sq": t["exp_avg_sq"].tensor}
         ranges = [(b.address, b.nbytes) for b in self.host.values()]
-        return CpuAdamReply(placement=pages_report(ranges), numa_maps=numa_maps_report(ranges=ranges),
+        kinds = state.report({**{n: b.address for n, b in self.host.items()}, "copy_out": self.copy_out.address})
+        return CpuAdamReply(placement=pages_report(ranges), kinds=kinds, numa_maps=numa_maps_report(ranges=ranges),
                             threads=self.threads, max_rel_error=errors,
                             # our kernel's SIMD level, where it is loaded (torch's and DeepSpeed's impls never need it)
                             simd=cpu_adam.simd_level() if impls & {"ours", "ours+copy"} else None,

@@ -51,13 +51,14 @@ import functools
 import importlib.util
 import statistics
 
-from numabench.cases import CaseResult
+from numabench.cases import Case, CaseResult
 from numabench.families.base import CPU_BINDS, GpuOrCpuFamily
 from numabench.families.train_step.configs import model_config, param_count
 from numabench.families.train_step import memory
 from numabench.families.train_step.recipes import recipe
 from numabench.families.train_step.reply import TrainStepReply
 from numabench.families.train_step.traffic import host_optimizer_bytes, pcie_bytes_by_direction
+from numabench.numa.budget import KindDemand
 
 DEFAULT_ROUNDS = 10
 DEFAULT_WARMUP = 2
@@ -129,10 +130,38 @@ def skip_reason(case) -> str | None:
     if package and importlib.util.find_spec(package) is None:
         return (f"mode {mode} needs the optional package {package} (pip install 'numabench[{package}]'; "
                 "docs/RESULTS.md pins the versions): not importable")
+    if case.param("place") and mode not in PLACED_TOUCHES:
+        return (f"place={case.param('place')} places the host state of modes {', '.join(PLACED_TOUCHES)}; mode "
+                f"{mode} keeps {'its state on the device' if mode not in OFFLOAD_HOST_BYTES else 'its host state in its library'}")
     if mode == "torchao-offload" and case.nprocess > 1:
         return ("mode torchao-offload runs one rank: torchao's CPUOffloadOptimizer copies each gradient to the "
                 "host as backward makes it, before DDP would average it across ranks")
     return None
+
+
+# The modes whose host state the ``place`` axis places, and how many times a step touches each byte of
+# a kind. streamed: the master weights and both moments are copied in and back (gradients stay on the
+# GPU). DeepSpeed's ZeRO-Offload: the fp32 gradient partition is written by the copy out and read by
+# CPU Adam, which reads and writes the master partition and the moments, and the master partition is
+# read once more for the updated weights' copy back.
+# ZeRO-2 also keeps the compute weights on the host, written by the cast after CPU Adam and read by
+# their copy to the GPU.
+PLACED_TOUCHES = {"streamed": {"master": 2, "moments": 2},
+                  "deepspeed-zero2": {"master": 3, "moments": 2, "grads": 2, "weights": 2},
+                  "deepspeed-zero3": {"master": 3, "moments": 2, "grads": 2}}
+KIND_BYTES_PER_PARAM = {"master": 4, "moments": 8, "grads": 4}  # fp32; weights: the training dtype
+
+
+def state_kinds(case: Case) -> tuple[KindDemand, ...]:
+    """The host state kinds of a placed mode per rank: streamed keeps a whole copy on every rank,
+    ZeRO splits it over the ranks (the workers place the real partitions, padding included)."""
+    touches = PLACED_TOUCHES.get(case.param("mode", "ddp"))
+    if not touches:
+        return ()
+    n = param_count(model_config(case.param("model", "tiny")))
+    share = 1 if case.param("mode") == "streamed" else case.nprocess
+    per_param = {**KIND_BYTES_PER_PARAM, "weights": case.itemsize}
+    return tuple(KindDemand(k, -(-per_param[k] * n // share), t) for k, t in touches.items())
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -306,7 +335,8 @@ FAMILY = GpuOrCpuFamily(
     default_axis_values={"model": ("tiny", "small")},  # 1b and 5b on request (--numa-axis model=1b)
     cpu_bind=lambda case: case.param("cpu_bind", "node"),
     worker_axes=(),
-    knobs=("rank_threads",),  # auto: worker.rank_threads (the rank's CPUs over the ranks sharing them)
+    knobs=("rank_threads", "place"),  # auto: worker.rank_threads (the rank's CPUs over the ranks sharing them)
+    state_kinds=state_kinds,
     host_bytes_per_element=host_bytes_per_sequence,  # for the time plan (placing the host state)
     memory_fit=memory.memory_fit,  # host memory it cannot have skips; GPU memory it cannot have is recorded
     kernels=("cuda_adam",),

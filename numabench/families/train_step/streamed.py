@@ -26,6 +26,7 @@ from typing import Any
 SLOTS = 3  # staging slots on the GPU: chunk k+1 and k+2 copied in while chunk k is updated
 DEFAULT_CHUNK_ELEMS = 1 << 21  # 8 MiB per fp32 tensor (adam_offload's auto_chunk for fp32)
 HOST_NAMES = ("master", "exp_avg", "exp_avg_sq")  # what lives on the host, each step in and out
+HOST_KINDS = {"master": "master", "exp_avg": "moments", "exp_avg_sq": "moments"}  # numabench.numa.place
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,15 +192,19 @@ class StreamedAdamW:
     ``alloc``: the hostmem allocator of the host state (register: pinned in place; pageable on a
     CPU); ``chunk``: elements per streamed chunk; ``fn``: the chunk update (our fused kernel on a
     GPU, ``torch_adamw_chunk_`` on a CPU); ``overlap_backward``: start chunks from the
-    post-accumulate-grad hooks during backward. Use: ``loss.backward(); opt.step();
-    opt.zero_grad()``."""
+    post-accumulate-grad hooks during backward; ``place``: each host buffer placed by its kind's
+    policy (numabench.numa.place; None: the process policy places them). Use: ``loss.backward();
+    opt.step(); opt.zero_grad()``."""
 
     def __init__(self, params: Sequence[Any], hyper: Hyper, *, chunk: int = DEFAULT_CHUNK_ELEMS,
                  alloc: str = "register", fn: ChunkFn | None = None, overlap_backward: bool = True,
-                 master_dtype: Any = None) -> None:
+                 master_dtype: Any = None, place: Any = None) -> None:
         import torch
 
+        from numabench.families.train_step import PLACED_TOUCHES
+        from numabench.numa.kind_layout import StateBuffer
         from numabench.toolkit.hostmem import allocate
+        from numabench.toolkit.placed_state import PlacedState
 
         self.params, self.device = on_one_device(params, "StreamedAdamW")
         self.ops = CudaOps(self.device) if self.device.type == "cuda" else CpuOps(self.device)
@@ -220,8 +225,12 @@ class StreamedAdamW:
         self.offsets = param_offsets(sizes)
         self.chunk = min(chunk, self.numel)
         self.chunks = plan_chunks(sizes, self.chunk)
-        # host state: placed by this process's policy on first touch (allocate touches every page)
-        self.host = {n: allocate(self.numel, self.master_dtype, alloc) for n in HOST_NAMES}
+        # host state: placed on first touch (allocate touches every page) by its kind's policy, else by
+        # this process's policy
+        itemsize = torch.empty((), dtype=self.master_dtype).element_size()
+        self.placed = PlacedState(place, [StateBuffer(n, HOST_KINDS[n], self.numel * itemsize) for n in HOST_NAMES],
+                                  PLACED_TOUCHES["streamed"])
+        self.host = {n: allocate(self.numel, self.master_dtype, alloc, self.placed.segments_of(n)) for n in HOST_NAMES}
         with torch.no_grad():
             for p, off in zip(self.params, self.offsets):
                 self.host["master"].tensor[off:off + p.numel()].copy_(p.detach().reshape(-1))
@@ -253,6 +262,10 @@ class StreamedAdamW:
     def host_ranges(self) -> list[tuple[int, int]]:
         """(address, bytes) of the host state (master weights and both moments)."""
         return [(b.address, b.nbytes) for b in self.host.values()]
+
+    def kind_report(self) -> list | None:
+        """The host state's pages per kind and policy (numabench.numa.kind_check.KindPlacement); None without ``place``."""
+        return self.placed.report({n: b.address for n, b in self.host.items()})
 
     def host_bytes(self) -> int:
         return sum(b.nbytes for b in self.host.values())

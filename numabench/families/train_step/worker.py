@@ -130,7 +130,7 @@ class DeepSpeedTimers:
 
 class Trainer:
     def __init__(self, mode: str, model: str, dtype: str, batch: int, device, *, seed: int = 0,
-                 lr: float | None = None, data_seed: int = 0) -> None:
+                 lr: float | None = None, data_seed: int = 0, place=None) -> None:
         import torch
         import torch.distributed as dist
 
@@ -194,7 +194,7 @@ class Trainer:
             # the hooks would fire before the gradients are averaged)
             self.streamed = StreamedAdamW(list(net.parameters()), Hyper(lr, BETAS, EPS, WEIGHT_DECAY),
                                           alloc="register" if self.cuda else "pageable",
-                                          overlap_backward=self.world == 1)
+                                          overlap_backward=self.world == 1, place=place)
             self.opt = self.streamed
             if self.cuda:  # correct before timed: our kernel against float64 torch.optim.AdamW
                 from numabench.kernels import cuda_adam
@@ -516,6 +516,7 @@ class Worker(BaseWorker):
         v = spec.variants[0]
         self.mode, self.model_name = v.get("mode", "ddp"), v.get("model", "tiny")
         self.trainer = None
+        self.rehomed = None  # DeepSpeed's host state moved into placed buffers (the place axis)
 
     def setup(self) -> TrainStepReply:
         import torch
@@ -547,13 +548,18 @@ class Worker(BaseWorker):
                           MASTER_ADDR=addr, MASTER_PORT=str(port))
         with self.setup_part("model"):
             self.trainer = tr = Trainer(self.mode, self.model_name, spec.dtype, spec.batch, device,
-                                        data_seed=rank)
+                                        data_seed=rank, place=spec.place)
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         # Correct before timed: the loss on one fixed batch falls over the setup steps.
         fixed = tr.pool[0]
         with self.setup_part("check"):
-            losses = [float(tr.step(fixed)) for _ in range(SETUP_STEPS)]
+            losses = [float(tr.step(fixed))]
+            if spec.place is not None and tr.engine is not None:  # DeepSpeed made its moments in that step
+                from numabench.families.train_step.deepspeed_kinds import place_state
+
+                self.rehomed = place_state(tr.opt, tr.host_optimizers(), self.mode, spec.place)
+            losses += [float(tr.step(fixed)) for _ in range(SETUP_STEPS - 1)]
         if not all(map(lambda v: v == v and abs(v) != float("inf"), losses)) or not losses[-1] < losses[0]:
             raise RuntimeError(f"loss does not fall over {SETUP_STEPS} steps on a fixed batch: {losses}")
         digest = tr.param_digest()
@@ -578,12 +584,13 @@ class Worker(BaseWorker):
         ranges = tr.host_state_ranges()
         placement = pages_report(ranges) if ranges else anon_report()
         memory = host_memory(device if cuda else None)
+        kinds = self._kind_report(tr) if spec.place is not None else None
         after = running_policy()  # the libraries set up: still the case's policy
         why = mismatch(spec.policy, after)
         if why:
             raise RuntimeError(f"rank {rank} left the case's memory policy while its trainer was set up: {why}")
         return TrainStepReply(
-            placement=placement, placed="host state" if ranges else "process anon memory",
+            placement=placement, kinds=kinds, placed="host state" if ranges else "process anon memory",
             mempolicy=running, case_policy=str(spec.policy) if spec.policy is not None else None,
             gpu_idle=idle, kernel_max_rel_error=tr.kernel_error,
             numa_maps=memory["numa_maps"], host_bytes_by_node=anon_report(),
@@ -598,6 +605,21 @@ class Worker(BaseWorker):
             device_name=torch.cuda.get_device_name(device) if cuda else "cpu",
             threads=torch.get_num_threads(), torch=torch.__version__)
 
+    def _kind_report(self, tr: Trainer) -> list:
+        """Each kind's pages under ``place`` after the set-up steps; DeepSpeed's kinds must still be
+        where they were placed (a kind it allocated anew would run unplaced)."""
+        if tr.streamed is not None:
+            return tr.streamed.kind_report()
+        if self.rehomed is None:
+            raise RuntimeError(f"mode {self.mode} keeps no host state the place axis places")
+        from numabench.families.train_step.deepspeed_kinds import kind_tensors
+
+        stray = self.rehomed.stray(kind_tensors(tr.opt, tr.host_optimizers()))
+        if stray:
+            raise RuntimeError(f"DeepSpeed allocated host state anew after it was placed by place={self.spec.place}, "
+                               f"outside the placed buffers: {'; '.join(stray[:4])}")
+        return self.rehomed.state.report(self.rehomed.addresses())
+
     def step(self, variant: dict | None = None) -> dict[str, float]:
         # DeepSpeed modes add parts (ours and DeepSpeed's timers of engine.step); not entries
         return {"step": self.trainer.timed_step(), **self.trainer.step_parts()}
@@ -607,5 +629,7 @@ class Worker(BaseWorker):
 
         if self.trainer is not None and self.trainer.streamed is not None:
             self.trainer.streamed.release()
+        if self.rehomed is not None:
+            self.rehomed.release()
         if dist.is_initialized():
             dist.destroy_process_group()
