@@ -23,6 +23,7 @@ from numabench.results.ab import (
     bootstrap_interval,
     geometric_mean,
     judge_measured,
+    failed_tests,
     interleaved_medians,
     judge_pairs,
     measure,
@@ -125,7 +126,7 @@ def test_entries_not_measured_in_every_invocation_are_listed_not_judged(tmp_path
     res = ABResult(*sides(tmp_path).values(), pairs=3, threshold_pct=10, confidence=0.95, rows=rows,
                    missing=missing)
     text = render(res)
-    assert "1 entries not measured in every invocation of both sides (not judged)" in text
+    assert f"WARNING: 1 entries not measured in every pair of both sides (NOT JUDGED): {B}" in text
     assert "1 entries: 1 slower, 0 faster, 0 same" in text
 
 
@@ -296,3 +297,18 @@ def test_head_axis_judges_a_setting_against_its_default_case_by_case(repo):
     with pytest.raises(UsageError, match="the pytest arguments select place too"):
         run_ab("HEAD", None, ["benchmarks", "--numa-axis", "place=master:bind:0"], pairs=2, cwd=repo,
                invoke_one=invoke_one, build_side=lambda s: "", head_axis=f"place={place}")
+
+
+def test_tests_that_failed_in_the_session_are_listed_not_left_out(repo):
+    def invoke_both(base: Side, head: Side, pytest_args, pairs: int, json_path: Path):
+        measured = interleaved_medians(_session_run({A: [1e-3] * pairs}, {A: [1e-3] * pairs}), pairs)
+        measured["failed"] = failed_tests("..F\nFAILED benchmarks/test_x.py::test_x[b] - WorkerError: rank 0: boom\n"
+                                          "1 failed, 1 passed\n")
+        return measured
+
+    lines = []
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=2, cwd=repo, build_side=lambda s: "", invoke_both=invoke_both,
+                 progress=lines.append)
+    assert res.missing == [f"FAILED {B} - WorkerError: rank 0: boom"]
+    assert f"not measured: FAILED {B} - WorkerError: rank 0: boom" in lines
+    assert "NOT JUDGED" in render(res) and B in render(res)

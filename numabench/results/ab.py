@@ -222,7 +222,14 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
             raise UsageError(f"the head ({head.label}) predates --numa-ab-base, which the rounds mode runs its "
                              "session with: allowed --interleave=invocations for it")
         raise UsageError(f"pytest on {head.label} (with {base.label}'s workers) exited {proc.returncode}: {tail}")
-    return interleaved_medians(storage.load_run(json_path), pairs, " ".join(pytest_args))
+    measured = interleaved_medians(storage.load_run(json_path), pairs, " ".join(pytest_args))
+    measured["failed"] = failed_tests(proc.stdout)  # measured by neither side: listed, never left out silently
+    return measured
+
+
+def failed_tests(pytest_output: str) -> list[str]:
+    """pytest's short summary lines of the tests that failed or errored (``FAILED id - why``)."""
+    return [ln.strip() for ln in pytest_output.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
 
 
 def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str, list[dict[str, float]]]:
@@ -363,6 +370,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence,
                        coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave)
         res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct)
+        res.missing += measured.get("failed", [])
+        for line in measured.get("failed", []):
+            progress(f"not measured: {line}")
         return res
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

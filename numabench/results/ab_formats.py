@@ -75,7 +75,8 @@ def summary_lines(res: ABResult) -> list[str]:
         lines.append(f"WARNING: {c[UNRESOLVED]} entries unresolved (resolution coarser than {res.coarsest_pct:g}%): "
                      "NOT JUDGED; more pairs narrow their intervals")
     if res.missing:
-        lines.append(f"{len(res.missing)} entries not measured in every invocation of both sides (not judged)")
+        lines.append(f"WARNING: {len(res.missing)} entries not measured in every pair of both sides (NOT JUDGED): "
+                     + "; ".join(res.missing[:8]) + (" ..." if len(res.missing) > 8 else ""))
     if c[SLOWER]:
         lines.append(f"REGRESSION: {c[SLOWER]} entries slower by more than {res.threshold_pct:g}% "
                      f"with {res.confidence:.0%} confidence")
