@@ -50,7 +50,7 @@ def test_the_plan_step_estimates_the_ab_run_where_pairs_are_set(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.strip().splitlines()
     assert lines[-2].startswith("numabench plan: 1 entries") and "(smoke tier)" in lines[-2]
-    assert lines[-1].startswith("numabench plan (A/B, 2 pairs): ~") and "4 invocations" in lines[-1]
+    assert lines[-1].startswith("numabench plan (A/B, 2 pairs, rounds interleaved): ~") and "2 pairs x" in lines[-1]
     plain = gate_job(tmp_path, *SELECTION, step="plan")
     assert plain.returncode == 0 and "A/B" not in plain.stdout, plain.stdout + plain.stderr
 

@@ -278,6 +278,7 @@ def test_ab_runs_both_checkouts_in_abba_order_and_removes_them(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     env.pop("NUMABENCH_INJECT_SLOWDOWN", None)
     cmd = [sys.executable, "-m", "numabench.cli", "ab", "HEAD", "HEAD", "--pairs", "2", "--threshold", "10%",
+           "--interleave", "invocations",
            "--head-env", f"NUMABENCH_INJECT_SLOWDOWN={HUGE}", "--",
            "benchmarks/test_touch.py", "--numa-policies=default", "--param-sizes=4M"]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
