@@ -1,7 +1,7 @@
 """A pytest plugin for tests of the gate's session: the suite's cases "measured" by a fake clock.
 
 Loaded into a child ``pytest benchmarks/test_touch.py ...`` with ``-p fake_timings`` (tests/ on
-PYTHONPATH), it replaces the worker run (fixtures.running.run_variants) by given timings, so
+PYTHONPATH), it replaces the worker run (fixtures.running.run_sides) by given timings, so
 everything else runs as in a real session: the baseline lookup, pooling, the gate's verdicts,
 its confirmation invocations, the table, extra_info["gate"], --benchmark-save/-json/-compare-fail
 and the exit code. No worker starts.
@@ -39,8 +39,8 @@ def rounds_of(scale: float, rounds: int) -> list[float]:
     return [BASE_S * scale * (1 + 0.001 * (j % 3 - 1)) for j in range(rounds)]
 
 
-def fake_run_variants(case: Case, variants: list[tuple], family: Any, topology: Any, caps: Any, *, rounds: int,
-                      **_: Any) -> list[CaseResult]:
+def fake_run_sides(case: Case, variants: list[tuple], family: Any, topology: Any, caps: Any, *, rounds: int,
+                   sides: Any, **_: Any) -> dict[str, list[CaseResult]]:
     if family.key != "touch":
         raise ValueError(f"fake timings: family {family.key!r}: only touch")
     own = scales().get(case.id)
@@ -55,9 +55,11 @@ def fake_run_variants(case: Case, variants: list[tuple], family: Any, topology: 
         reply = TouchReply(**{f.name: None for f in dataclasses.fields(TouchReply)
                               if f.name != "bytes"}, bytes=case.numel * case.itemsize)
         out.append(CaseResult(dataclasses.replace(case, extra=v), phases, [dict(phases)], [reply], [], "none", []))
-    return out
+    return {s.label: out for s in sides}
 
 
 def pytest_configure(config: Any) -> None:
     running = sys.modules["fixtures.running"]  # the root conftest's plugin, loaded by now
-    running.run_variants = fake_run_variants
+    if not hasattr(running, "run_sides"):  # renamed: replacing nothing would time the real workers
+        raise RuntimeError("fake timings: fixtures.running has no run_sides to replace")
+    running.run_sides = fake_run_sides

@@ -141,8 +141,10 @@ def test_a_caller_stopped_mid_compile_leaves_no_compiler_and_no_marker(sig, tmp_
         _compiling(proc.pid)
         proc.send_signal(sig)
         proc.communicate(timeout=60)
-        deadline = time.monotonic() + 8.0  # an orphaned compile goes on for 20 s and more here
-        while _in_folder(build) and time.monotonic() < deadline:
+        # the builder kills its compilers, then removes the marker, then exits: wait for all of it
+        # (an orphaned compile goes on for 20 s and more here, a left marker for ever)
+        deadline = time.monotonic() + 8.0
+        while (_in_folder(build) or list(build.rglob(TORCH_BATON))) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _in_folder(build), "compilers outlived the process that asked for the build"
         assert not list(build.rglob(TORCH_BATON)), "torch's build marker was left behind"
