@@ -108,3 +108,20 @@ def test_numabench_plan_names_the_build(build_dir):
     # torch's impls need no kernel of ours
     line = _plan(build_dir, "benchmarks/test_cpu_adam.py", "--numa-policies=default", "-k", "torch")
     assert line.startswith("numabench plan: 3 entries") and "kernel build" not in line, line
+
+
+def test_the_torch_version_is_the_one_torch_reports_not_its_package_metadata(tmp_path):
+    """A PyPI CUDA wheel's metadata says 2.11.0 where torch.__version__ (which keys the build
+    folders) says 2.11.0+cu130: the plan must read the latter, or every built kernel looks unbuilt."""
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("raise ImportError('the plan must not import torch')\n")
+    (site / "torch" / "version.py").write_text("from typing import Optional\n__version__ = '2.11.0+cu130'\n")
+    meta = site / "torch-2.11.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0\n")
+    code = "from numabench.kernels import built; print(built.torch_version())"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])})
+    assert out.stdout.strip() == "2.11.0+cu130"
+    assert built.torch_version() == __import__("torch").__version__  # this machine's torch, as it reports it

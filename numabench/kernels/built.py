@@ -9,8 +9,10 @@ compiled (one that found its kernel built only loads it) are kept in
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
+import re
 import time
 from importlib import metadata
 from pathlib import Path
@@ -22,8 +24,26 @@ MODULES = {"stream": "numabench.kernels.stream", "cpu_adam": "numabench.kernels.
 TIMES_FILE = "build-times.json"
 
 
+_VERSION_LINE = re.compile(r"""^__version__\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.M)
+
+
 def torch_version() -> str | None:
-    """The installed torch's version, as torch.__version__ says it (read without importing torch)."""
+    """The installed torch's version as torch.__version__ says it (the build folders are keyed by
+    it), read from torch/version.py without importing torch; else its package metadata, which
+    can differ (a PyPI CUDA wheel's metadata says 2.11.0 where torch.__version__ says
+    2.11.0+cu130)."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for folder in spec.submodule_search_locations:
+            try:
+                found = _VERSION_LINE.search((Path(folder) / "version.py").read_text())
+            except OSError:
+                continue
+            if found:
+                return found.group(1)
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
