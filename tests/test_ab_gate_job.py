@@ -101,4 +101,6 @@ def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     log = (results / "ab.log").read_text()
     assert "numabench A/B: " in log and "[ab] 2 pairs, rounds alternating between base and head" in log
     assert data["interleave"] == "rounds"  # the default: both sides' workers in one session
+    page = (results / "site" / "ab-verdicts.html").read_text()  # the A/B run's page, for the job's artifact
+    assert entry["name"] in page and 'id="what-changed"' in page
     assert worktrees() == before  # both checkouts removed

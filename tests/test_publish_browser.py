@@ -313,3 +313,24 @@ def test_a_long_history_keeps_its_run_labels_apart(tmp_path):
     build_site(runs, tmp_path / "site")
     body, _ = check_page(browser, tmp_path / "site" / "K40--touch.html", tmp_path, 2)
     assert int(body["data-points"]) == 80  # the sparkline's 40 and the large chart's 40
+
+
+def test_an_ab_page_draws_its_ratios_and_the_index_leads_with_what_needs_a_look(site_runs, tmp_path):
+    """An A/B run measured on an H100 (tests/data/ab) published beside the baselines: its page loads
+    and draws every entry's ratio with its interval, its what-changed block starts on the first
+    screen, and the index's first screen names it as needing a look."""
+    from numabench.publish.source import ab_from_paths
+
+    _, ab = ab_from_paths([ROOT / "tests" / "data" / "ab" / "h100-smoke-inject5.json"])
+    out = tmp_path / "site"
+    build_site(site_runs, out, source="baselines", ab=ab)
+    browser = chromium()
+    body, dom = check_page(browser, out / "ab-h100-smoke-inject5.html", tmp_path, 1)
+    assert int(body["data-points"]) >= 10  # every entry drawn
+    top, _ = (int(v) for v in body["data-changed-box"].split(","))
+    assert 0 <= top < SCREEN_HEIGHT / 2, f"the A/B page's what-changed block starts at {top} px"
+    body, dom = check_page(browser, out / "index.html", tmp_path, 0)
+    look = dom.index("Needs a look")
+    assert "h100-smoke-inject5.json" in dom[look:look + 2000]
+    top, bottom = (int(v) for v in body["data-changed-box"].split(","))
+    assert 0 <= top < SCREEN_HEIGHT, f"the what-changed block lies at {top}..{bottom} px"

@@ -10,6 +10,8 @@ from numabench.atomic import staged_folder
 from numabench.errors import UsageError
 from numabench.gate.rule import DEFAULT_THRESHOLD
 from numabench.publish.model import Run, site_model
+from numabench.publish.page_ab import ab_html, ab_pages
+from numabench.results.ab import ABResult
 from numabench.publish.page_family import family_html
 from numabench.publish.page_index import index_page
 from numabench.publish.page_numa import numa_html
@@ -23,6 +25,7 @@ class Site:
     pages: list[Path]
     keys: int
     runs: int
+    ab_runs: int = 0
 
 
 def _is_site(folder: Path) -> bool:
@@ -47,12 +50,14 @@ def check_out(out: Path, force: bool) -> bool:
 
 
 def build_site(runs: list[Run], out: str | Path, *, source: str = "", threshold: str | float = DEFAULT_THRESHOLD,
-               force: bool = False) -> Site:
-    """The site of ``runs`` in the folder ``out``: built beside it and renamed into place, so a
-    failed write (no space, a file-size limit) leaves ``out`` as it was."""
-    if not runs:
+               force: bool = False, ab: list[tuple[str, ABResult]] = ()) -> Site:
+    """The site of ``runs`` and of the A/B runs ``ab`` (label, result) in the folder ``out``:
+    built beside it and renamed into place, so a failed write (no space, a file-size limit)
+    leaves ``out`` as it was."""
+    if not runs and not ab:
         raise UsageError("publish: no runs to publish")
     model = site_model(runs, threshold)
+    ab_site = ab_pages(list(ab))
     out = Path(out)
     replace = check_out(out, force)
     names = []
@@ -62,7 +67,9 @@ def build_site(runs: list[Run], out: str | Path, *, source: str = "", threshold:
             (stage / name).write_text(text, encoding="utf-8")
             names.append(name)
 
-        write("index.html", index_page(model, source))
+        write("index.html", index_page(model, source, ab_site))
+        for p in ab_site:
+            write(p.file, ab_html(p))
         pages_of = {(k["key"], f["family"]): f["file"] for k in model["keys"] for f in k["families"]}
         for key in model["keys"]:
             for fp in key["family_pages"]:
@@ -72,4 +79,4 @@ def build_site(runs: list[Run], out: str | Path, *, source: str = "", threshold:
             write(key["numa_file"], numa_html(key))
         for name in ASSETS:
             (stage / name).write_bytes(resources.files("numabench.publish").joinpath(name).read_bytes())
-    return Site(out, [out / n for n in names], len(model["keys"]), len(runs))
+    return Site(out, [out / n for n in names], len(model["keys"]), len(runs), len(ab_site))

@@ -1,6 +1,7 @@
 /* numabench publish: draws the site's charts from the JSON each page embeds (no library, no
    network). A chart spec: {title, kind (history, xy, dots), xlabel, ylabel, yunit ("s": times,
-   shown in us, ms or s as the chart's values need), xlog, ylog, xticks: [[x, label]], xspan:
+   shown in us, ms or s as the chart's values need), xlog, ylog, bandlabel (what a point's lo-hi
+   is called in its tooltip; "band" where not given), xticks: [[x, label]], xspan:
    [x0, x1] (the axis spans it even where no point lies), vlines: [[x, tip, sign, label]] (change
    points: sign +1 slower, drawn red, -1 faster, drawn green), series: [{name, points: [[x, y,
    lo, hi, tip]], line, band ("bars": a bar per point from lo to hi, never an area between
@@ -246,7 +247,7 @@
         : (spec.xlog ? fmtSize(p[0]) : fmt(p[0]));
       var lines = ["<b>" + best.s.name + "</b>", (spec.xlabel || "x") + ": " + xl, self.unit.label + ": " + fmt(p[1] * ys)];
       if (p[2] !== undefined && p[2] !== null && p[3] !== null && p[3] !== undefined)
-        lines.push("band: " + fmt(p[2] * ys) + " to " + fmt(p[3] * ys));
+        lines.push((spec.bandlabel || "band") + ": " + fmt(p[2] * ys) + " to " + fmt(p[3] * ys));
       if (p[4]) lines.push(p[4]);
       t.innerHTML = lines.join("<br>");
       t.style.display = "block";

@@ -9,8 +9,48 @@ from pathlib import Path
 
 from numabench.errors import UsageError
 from numabench.results import storage
+from numabench.results.ab import ABResult
 
 Run = tuple[str, dict]
+
+
+def ab_result_of(path: Path) -> ABResult | None:
+    """The A/B run in ``path`` (what ``numabench ab --json`` writes), or None where the file is
+    something else (a run file); UsageError for an A/B file that cannot be read."""
+    from numabench.results.ab_formats import SCHEMA, from_json
+
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"publish: {path}: cannot be read ({e}): allowed a run file or an A/B run's JSON") from None
+    if f'"{SCHEMA}"' not in text[:4096]:  # json.dumps puts "schema" first
+        return None
+    try:
+        return from_json(storage.loads_json(text, str(path)), str(path))
+    except ValueError as e:
+        raise UsageError(f"publish: {e}") from None
+
+
+def ab_from_paths(paths: list[str | Path]) -> tuple[list[str], list[tuple[str, ABResult]]]:
+    """The A/B runs among ``paths`` (files named, and ``*.json`` directly in each folder named):
+    (the paths that are not A/B files, [(label, A/B result)])."""
+    rest: list[str] = []
+    found: list[tuple[str, ABResult]] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            for f in sorted(p.glob("*.json")):
+                res = ab_result_of(f)
+                if res is not None:
+                    found.append((f.name, res))
+            if not storage.run_files(p) and found:
+                continue  # a folder of A/B runs alone
+        elif p.is_file():
+            res = ab_result_of(p)
+            if res is not None:
+                found.append((p.name, res))
+                continue
+        rest.append(str(p))
+    return rest, found
 
 
 def runs_from_paths(paths: list[str | Path]) -> list[Run]:

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -93,6 +94,7 @@ class ABResult:
     selection: list[str] = field(default_factory=list)  # the pytest arguments of every invocation
     hardware_key: str | None = None
     interleave: str = "invocations"  # INTERLEAVE
+    when: str = ""  # when the measuring began, UTC ISO 8601 ('' where not recorded)
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -352,6 +354,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         interleave = "invocations"  # the sides run different cases: no round of one matches the other's
     repo = repo_root(cwd or Path.cwd())
     tmp = Path(tempfile.mkdtemp(prefix="numabench-ab-"))
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         with checkouts(repo, base, head, tmp) as (base_path, base_commit, head_path, head_commit):
             head_label = (head or WORKTREE) + (f" {' '.join(head_args)}" if head_args else "")
@@ -368,7 +371,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             if head_suffix:  # the head's entries under the base's names (the knob removed)
                 measured["head"] = [{n.replace(head_suffix, ""): v for n, v in m.items()} for m in measured["head"]]
         res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence,
-                       coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave)
+                       coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave, when=when)
         res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct)
         res.missing += measured.get("failed", [])
         for line in measured.get("failed", []):

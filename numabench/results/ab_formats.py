@@ -9,6 +9,7 @@ returns text or data, none prints.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from typing import Any
 
@@ -153,7 +154,8 @@ def to_json(res: ABResult) -> dict[str, Any]:
     """The A/B run as data (seconds; ratios; percent): docs/GATE.md's schema."""
     return {
         "schema": SCHEMA, "base": _side_json(res.base), "head": _side_json(res.head),
-        "hardware_key": res.hardware_key, "selection": list(res.selection), "pairs": res.pairs,
+        "hardware_key": res.hardware_key, "datetime": res.when or None, "selection": list(res.selection),
+        "pairs": res.pairs,
         "order": "ABBA", "interleave": res.interleave, "threshold_pct": res.threshold_pct, "confidence": res.confidence,
         "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "counts": counts(res),
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
@@ -181,9 +183,15 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        coarsest_pct=float(data["coarsest_pct"]), selection=list(data.get("selection") or []),
                        hardware_key=data.get("hardware_key"),
                        # saved before the rounds mode existed: whole invocations
-                       interleave=str(data.get("interleave") or "invocations"))
+                       interleave=str(data.get("interleave") or "invocations"),
+                       when=str(data.get("datetime") or ""))
         for e in data["entries"]:
             low, high = e["interval"]
+            numbers = [e["ratio"], low, high, *e["base_medians_s"], *e["head_medians_s"]]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                       for v in numbers):
+                raise ValueError(f"entry {e.get('name')!r}: a ratio, interval end or median that is not a finite "
+                                 "number > 0")
             res.rows.append(ABRow(e["name"], [float(v) for v in e["base_medians_s"]],
                                   [float(v) for v in e["head_medians_s"]], float(e["ratio"]), float(low), float(high),
                                   e["verdict"], None if e["resolution_pct"] is None else float(e["resolution_pct"]),
