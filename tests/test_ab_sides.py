@@ -90,3 +90,35 @@ def test_a_case_must_fit_twice_when_both_sides_are_alive():
     assert fam.skip_reason(case, topo, fake_caps()) is None
     reason = fam.skip_reason(case, topo, fake_caps(), copies=2)
     assert reason and "(2 copies alive at once: a same-runner A/B)" in reason
+
+
+def test_every_family_but_the_multi_gpu_one_takes_an_injected_slowdown():
+    """An A/B with NUMABENCH_INJECT_SLOWDOWN on the head judges every family: a family that
+    refused it would fail its cases in the head's workers and drop out of the A/B's table."""
+    from numabench.families import FAMILIES
+
+    assert [k for k in FAMILIES if not family(k).injects_slowdown] == ["broadcast"]
+
+
+@pytest.mark.parametrize("bench, args", [
+    ("test_dataloader.py", ["--param-sizes=32", "--dtypes=fp32", "--nprocess=1"]),
+    ("test_train_step.py", ["--numa-axis=mode=ddp", "--numa-axis=model=tiny", "--param-sizes=32", "--dtypes=fp32",
+                            "--nprocess=1"]),
+], ids=["dataloader", "train_step"])
+def test_a_host_side_family_s_head_takes_the_injected_factor_longer(bench, args, tmp_path):
+    """A same-runner A/B session on the CPU, 10x injected into the head: every entry measured by
+    both sides, the head's rounds more than 3x the base's (10x by construction: the pad spins
+    inside each timed phase until it has taken 10x its own work; a loaded 2-core runner moves
+    these steps by up to 2x between rounds, never 3x in every pair)."""
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", f"benchmarks/{bench}", "--numa-policies=default", *args,
+                           "--numa-rounds=3", "--numa-warmup=1", "--numa-repeats=2", "-p", "no:cacheprovider", "-q",
+                           f"--numa-ab-base={ROOT}", "--numa-ab-head-env=NUMABENCH_INJECT_SLOWDOWN=10",
+                           f"--benchmark-json={out}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    entries = json.loads(out.read_text())["benchmarks"]
+    assert entries, proc.stdout[-2000:]
+    for e in entries:
+        head, base = e["extra_info"]["invocation_medians_s"], e["extra_info"]["ab_base"]["invocation_medians_s"]
+        assert len(head) == len(base) == 2, e["name"]
+        assert all(h / b > 3.0 for h, b in zip(head, base)), (e["name"], head, base)

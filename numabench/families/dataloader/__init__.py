@@ -66,6 +66,7 @@ FAMILY = GpuOrCpuFamily(
     description=("a synthetic image DataLoader with its workers bound to the rank's node (re-bound in "
                  "`worker_init_fn`) or unbound; samples/s into the GPU, or into host memory without one"),
     needs="nothing (GPU optional)",
+    injects_slowdown=True,
     phases=("batch",),
     setup_reply=DataloaderReply,
     step_parts=("h2d",),  # the copy of each batch to its destination (copy_median_s, copy_GBps)

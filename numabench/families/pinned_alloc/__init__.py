@@ -75,6 +75,7 @@ FAMILY = Family(
                  "allocator (mmap + touch + cudaHostRegister of placed pages, torch `pin_memory`, "
                  "`cudaHostAlloc`); reserved bytes, and whether each honours the policy"),
     needs="a CUDA GPU per rank",
+    injects_slowdown=True,
     phases=("alloc", "free"),
     setup_reply=PinnedAllocReply,
     needs_gpu=True,

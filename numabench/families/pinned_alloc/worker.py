@@ -219,6 +219,7 @@ class Worker(BaseWorker):
         byte = self.round % 255 + 1  # never zero
         t0 = time.perf_counter_ns()
         buf = self._make(kind, byte)
+        self.pad.cpu(t0)  # an injected slowdown, inside each timed phase
         t1 = time.perf_counter_ns()
         self.live = (kind, buf)
         first, last = ctypes.c_ubyte.from_address(buf["addr"]).value, \
@@ -227,6 +228,7 @@ class Worker(BaseWorker):
             raise RuntimeError(f"{kind} buffer does not hold what was written ({first}, {last} != {byte})")
         t2 = time.perf_counter_ns()
         self._drop(kind, buf)
+        self.pad.cpu(t2)
         t3 = time.perf_counter_ns()
         self.live = None
         return {"alloc": (t1 - t0) * 1e-9, "free": (t3 - t2) * 1e-9}

@@ -321,6 +321,7 @@ FAMILY = GpuOrCpuFamily(
            "CUDA for fsdp-offload, bf16 and the small, 1b and 5b models; `numabench[deepspeed]` for the DeepSpeed modes"
            " (on a CPU-only machine they run on DeepSpeed's CPU accelerator over gloo), "
            "`numabench[torchao]` and CUDA for torchao's"),
+    injects_slowdown=True,
     phases=("step",),
     setup_reply=TrainStepReply,
     # each step's parts (Trainer.step_parts): ours, and DeepSpeed's timers of engine.step()

@@ -362,9 +362,10 @@ class Trainer:
         return parts
 
     @contextlib.contextmanager
-    def _clock(self):
+    def _clock(self, pad=None, key: str = "step"):
         """Times the block: CUDA events on the current stream, or wall time; yields a callable
-        that gives the seconds once the block is done (synchronizing the end event)."""
+        that gives the seconds once the block is done (synchronizing the end event). ``pad``
+        (numabench.toolkit.inject.SlowdownPad): the injected slowdown, inside the timed span."""
         import torch
 
         if self.cuda:
@@ -372,17 +373,25 @@ class Trainer:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record(s)
             yield lambda: (e1.synchronize(), e0.elapsed_time(e1) / 1e3)[1]
+            if pad is not None:
+                pad.gpu(key, s)
             e1.record(s)
         else:
             t = [time.perf_counter_ns(), None]
             yield lambda: (t[1] - t[0]) * 1e-9
+            if pad is not None:
+                pad.cpu(t[0])
             t[1] = time.perf_counter_ns()
 
-    def timed_step(self) -> float:
-        """Seconds of one step: CUDA events on the current stream (synchronized), or wall time."""
-        with self._clock() as seconds:
+    def timed_step(self, pad=None) -> float:
+        """Seconds of one step: CUDA events on the current stream (synchronized), or wall time;
+        ``pad``: an injected slowdown of the step (the worker's SlowdownPad)."""
+        with self._clock(pad) as seconds:
             self.step()
-        return seconds()
+        took = seconds()
+        if pad is not None:
+            pad.observe("step", took)
+        return took
 
     def param_digest(self) -> str:
         """sha256 over this rank's parameters (its shards under FSDP)."""
@@ -622,7 +631,7 @@ class Worker(BaseWorker):
 
     def step(self, variant: dict | None = None) -> dict[str, float]:
         # DeepSpeed modes add parts (ours and DeepSpeed's timers of engine.step); not entries
-        return {"step": self.trainer.timed_step(), **self.trainer.step_parts()}
+        return {"step": self.trainer.timed_step(self.pad), **self.trainer.step_parts()}
 
     def close(self) -> None:
         import torch.distributed as dist
