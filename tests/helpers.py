@@ -41,12 +41,12 @@ def fake_weights_dir(tmp_path, auto: str = "true"):
 
 # Children that run the suite: started with defined signal dispositions, in their own process
 # group, and never outliving the test that started them.
-INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: a runner under nohup ignores it
 END_GRACE_S = 20.0  # an interrupted run's time to end its workers and remove its scratch folders
 
 
 def dispositions(ignored: Sequence[signal.Signals] = ()) -> Callable[[], None]:
-    """A preexec_fn: SIGINT and SIGTERM at their defaults in the child, whatever this test run
+    """A preexec_fn: SIGINT, SIGTERM and SIGHUP at their defaults in the child, whatever this test run
     inherited, except ``ignored`` (as `trap '' INT`, a background job of a non-interactive
     shell or a CI wrapper leaves them)."""
     def preexec() -> None:

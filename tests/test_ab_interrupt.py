@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from helpers import dispositions
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -36,7 +38,7 @@ def test_a_signal_mid_ab_removes_its_worktrees_and_ends_in_one_line(tmp_path, si
     proc = subprocess.Popen([sys.executable, "-c", cli, "ab", "HEAD", "HEAD", "--pairs", "2", "--",
                              "benchmarks/test_touch.py", "--numa-policies=default", "--param-sizes=4M"],
                             cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=dispositions())  # noqa: PLW1509
     try:
         lines = []
         deadline = time.monotonic() + 120

@@ -106,14 +106,15 @@ def test_every_family_but_the_multi_gpu_one_takes_an_injected_slowdown():
                             "--nprocess=1"]),
 ], ids=["dataloader", "train_step"])
 def test_a_host_side_family_s_head_takes_the_injected_factor_longer(bench, args, tmp_path):
-    """A same-runner A/B session on the CPU, 10x injected into the head: every entry measured by
-    both sides, the head's rounds more than 3x the base's (10x by construction: the pad spins
-    inside each timed phase until it has taken 10x its own work; a loaded 2-core runner moves
-    these steps by up to 2x between rounds, never 3x in every pair)."""
+    """A same-runner A/B session on the CPU, 20x injected into the head: every entry measured by
+    both sides, the head's best pair more than 4x the base's best (at least 20x by construction:
+    the pad spins inside each timed phase until it has taken 20x its own work, however slow that
+    work ran). A loaded 2-core runner has moved one pair's median of these steps by 3.8x; both
+    pairs of the base 5x slower than the unloaded step is what it would take to fail."""
     out = tmp_path / "ab.json"
     proc = subprocess.run([sys.executable, "-m", "pytest", f"benchmarks/{bench}", "--numa-policies=default", *args,
                            "--numa-rounds=3", "--numa-warmup=1", "--numa-repeats=2", "-p", "no:cacheprovider", "-q",
-                           f"--numa-ab-base={ROOT}", "--numa-ab-head-env=NUMABENCH_INJECT_SLOWDOWN=10",
+                           f"--numa-ab-base={ROOT}", "--numa-ab-head-env=NUMABENCH_INJECT_SLOWDOWN=20",
                            f"--benchmark-json={out}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     entries = json.loads(out.read_text())["benchmarks"]
@@ -121,4 +122,4 @@ def test_a_host_side_family_s_head_takes_the_injected_factor_longer(bench, args,
     for e in entries:
         head, base = e["extra_info"]["invocation_medians_s"], e["extra_info"]["ab_base"]["invocation_medians_s"]
         assert len(head) == len(base) == 2, e["name"]
-        assert all(h / b > 3.0 for h, b in zip(head, base)), (e["name"], head, base)
+        assert min(head) / min(base) > 4.0, (e["name"], head, base)
