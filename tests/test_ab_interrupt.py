@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -60,3 +61,34 @@ def test_a_signal_mid_ab_removes_its_worktrees_and_ends_in_one_line(tmp_path, si
     assert not list(scratch.iterdir()), sorted(p.name for p in scratch.iterdir())
     time.sleep(0.5)
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_an_interrupted_child_is_stopped_and_waited_for(tmp_path):
+    """Ctrl-C while ab waits for a build or a session: the child gets SIGTERM and ab returns only
+    once it has ended (here it takes 1 s to end what it started), never leaving it running."""
+    from numabench.results.ab import run_child
+
+    ready, ended = tmp_path / "ready", tmp_path / "ended"
+    child = ("import signal, sys, time\n"
+             "def stop(*_):\n"
+             f"    time.sleep(1.0); open({str(ended)!r}, 'w').write('ended'); sys.exit(143)\n"
+             "signal.signal(signal.SIGTERM, stop)\n"
+             f"open({str(ready)!r}, 'w').write('ready')\n"
+             "time.sleep(60)\n")
+
+    def interrupt_once_ready() -> None:  # Ctrl-C (as SIGALRM's handler) once the child handles SIGTERM
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGALRM)
+
+    previous = signal.signal(signal.SIGALRM, signal.default_int_handler)
+    waiter = threading.Thread(target=interrupt_once_ready, daemon=True)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            waiter.start()
+            run_child([sys.executable, "-c", child], tmp_path, dict(os.environ), "the child")
+    finally:
+        waiter.join()
+        signal.signal(signal.SIGALRM, previous)
+    assert ended.read_text() == "ended"  # it ended its own way before run_child returned

@@ -57,6 +57,7 @@ INTERLEAVE = ("rounds", "invocations")  # how base and head take turns (module d
 AB_BASE_KEY = "ab_base"  # extra_info of an entry of a rounds-interleaved session (fixtures.ab_sides)
 BOOTSTRAP_RESAMPLES = 4000
 RUN_TIMEOUT_S = 3600
+CHILD_STOP_GRACE_S = 30.0  # a stopped build or session's time to end its own workers and compilers
 
 
 @dataclass
@@ -175,10 +176,39 @@ def _env(side: Side) -> dict[str, str]:
     return env
 
 
+def run_child(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str) -> subprocess.CompletedProcess:
+    """``cmd`` to its end, output captured. Interrupted (Ctrl-C, or SIGTERM/SIGHUP as Stopped) or
+    past RUN_TIMEOUT_S, the child gets SIGTERM and CHILD_STOP_GRACE_S to end what it started (a
+    build its compilers, a session its workers) before SIGKILL, and is waited for: numabench ab
+    never returns with a child of its still running (subprocess.run would SIGKILL the child at
+    once and, on Ctrl-C, not even wait for it)."""
+    with subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _stop_child(proc)
+            raise UsageError(f"{what} did not end within {RUN_TIMEOUT_S} s: stopped") from None
+        except BaseException:
+            _stop_child(proc)
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _stop_child(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.communicate(timeout=CHILD_STOP_GRACE_S)  # reading on, so a full pipe cannot hold it
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def build(side: Side) -> str:
     """``numabench build`` in the side's checkout; returns its output, raises on failure."""
-    proc = subprocess.run([sys.executable, "-m", "numabench.cli", "build"], cwd=side.path, env=_env(side),
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    proc = run_child([sys.executable, "-m", "numabench.cli", "build"], side.path, _env(side),
+                     f"numabench build in {side.label}")
     if proc.returncode != 0:
         raise UsageError(f"numabench build failed in {side.label} ({side.path}): "
                          + " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-6:]))
@@ -189,8 +219,7 @@ def invoke(side: Side, pytest_args: Sequence[str], json_path: Path) -> dict[str,
     """One pytest invocation on ``side``: entry fullname -> median seconds."""
     cmd = [sys.executable, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "-q",
            f"--benchmark-json={json_path}"]
-    proc = subprocess.run(cmd, cwd=side.path, env=_env(side), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
+    proc = run_child(cmd, side.path, _env(side), f"pytest on {side.label}")
     if proc.returncode not in (0, 1) or not json_path.is_file():
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
         raise UsageError(f"pytest on {side.label} exited {proc.returncode}: {tail}")
@@ -216,8 +245,7 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
            *(f"--numa-ab-head-env={k}={v}" for k, v in head.env.items()),
            f"--benchmark-json={json_path}"]
     neutral = Side(head.label, head.commit, head.path, {})  # the session's own environment: neither side's
-    proc = subprocess.run(cmd, cwd=head.path, env=_env(neutral), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
+    proc = run_child(cmd, head.path, _env(neutral), f"pytest on {head.label} (with {base.label}'s workers)")
     if proc.returncode not in (0, 1) or not json_path.is_file():
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
         if "unrecognized arguments: --numa-repeats" in tail or "unrecognized arguments: --numa-ab-base" in tail:
