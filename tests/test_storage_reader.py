@@ -241,11 +241,11 @@ def test_git_history_and_publish_parse_committed_runs_through_storage(tmp_path, 
 def test_ab_reads_its_invocations_json_through_storage(tmp_path, reads, monkeypatch):
     out = tmp_path / "base-0.json"
 
-    def pytest_run(cmd, **kw):  # what pytest --benchmark-json leaves behind
+    def pytest_run(cmd, cwd, env, what):  # what pytest --benchmark-json leaves behind
         write(out, a_run(value=2.0))
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(ab.subprocess, "run", pytest_run)
+    monkeypatch.setattr(ab, "run_child", pytest_run)
     side = ab.Side("worktree", None, tmp_path, {})
     assert ab.invoke(side, ["benchmarks"], out) == {a_run()["benchmarks"][0]["fullname"]: 2.0}
     assert reads == [out]
