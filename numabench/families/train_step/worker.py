@@ -362,7 +362,7 @@ class Trainer:
         return parts
 
     @contextlib.contextmanager
-    def _clock(self, pad=None, key: str = "step"):
+    def _clock(self, pad=None):
         """Times the block: CUDA events on the current stream, or wall time; yields a callable
         that gives the seconds once the block is done (synchronizing the end event). ``pad``
         (numabench.toolkit.inject.SlowdownPad): the injected slowdown, inside the timed span."""
@@ -374,7 +374,7 @@ class Trainer:
             e0.record(s)
             yield lambda: (e1.synchronize(), e0.elapsed_time(e1) / 1e3)[1]
             if pad is not None:
-                pad.gpu(key, s)
+                pad.gpu("step", s)
             e1.record(s)
         else:
             t = [time.perf_counter_ns(), None]
