@@ -92,3 +92,40 @@ def test_an_interrupted_child_is_stopped_and_waited_for(tmp_path):
         waiter.join()
         signal.signal(signal.SIGALRM, previous)
     assert ended.read_text() == "ended"  # it ended its own way before run_child returned
+
+
+def test_an_interrupted_childs_own_children_are_waited_for(tmp_path):
+    """A child that dies at once on SIGTERM while a process it started (a kernel builder, in a
+    session of its own) still takes 1 s to end its work: run_child returns only after that one
+    has ended too."""
+    from numabench.results.ab import run_child
+
+    ready, ended = tmp_path / "ready", tmp_path / "ended"
+    grandchild = ("import os, time\n"
+                  "parent = os.getppid()\n"
+                  f"open({str(ready)!r}, 'w').write('ready')\n"
+                  "deadline = time.monotonic() + 60\n"
+                  "while os.getppid() == parent and time.monotonic() < deadline:\n"
+                  "    time.sleep(0.02)\n"
+                  f"time.sleep(1.0); open({str(ended)!r}, 'w').write('ended')\n")
+    child = ("import subprocess, sys, time\n"  # the grandchild holds none of run_child's pipes
+             f"subprocess.Popen([sys.executable, '-c', {grandchild!r}], start_new_session=True,\n"
+             "                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+             "time.sleep(60)\n")
+
+    def interrupt_once_ready() -> None:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGALRM)
+
+    previous = signal.signal(signal.SIGALRM, signal.default_int_handler)
+    waiter = threading.Thread(target=interrupt_once_ready, daemon=True)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            waiter.start()
+            run_child([sys.executable, "-c", child], tmp_path, dict(os.environ), "the child")
+    finally:
+        waiter.join()
+        signal.signal(signal.SIGALRM, previous)
+    assert ended.read_text() == "ended"  # the grandchild ended its work before run_child returned

@@ -40,12 +40,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+import psutil
+
 from numabench.errors import UsageError
+from numabench.kernels.builder_tree import live_descendants
 from numabench.results import storage
 from numabench.gate.rule import SLOWER
 from numabench.gate.band import DEFAULT_COARSEST_PCT
@@ -196,13 +200,26 @@ def run_child(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str) -> 
 
 
 def _stop_child(proc: subprocess.Popen) -> None:
+    """SIGTERM the child, then wait for it and for every process under it (a build's kernel
+    builders end their compilers after their parent is gone): all within CHILD_STOP_GRACE_S,
+    the survivors killed then."""
+    deadline = time.monotonic() + CHILD_STOP_GRACE_S
+    tree = {p.pid: p for p in live_descendants(proc.pid)}
     if proc.poll() is None:
         proc.terminate()
-    try:
-        proc.communicate(timeout=CHILD_STOP_GRACE_S)  # reading on, so a full pipe cannot hold it
-    except subprocess.TimeoutExpired:
+    while proc.poll() is None and time.monotonic() < deadline:
+        tree.update((p.pid, p) for p in live_descendants(proc.pid))
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=0.1)  # reading on, so a full pipe cannot hold it
+    if proc.poll() is None:
+        tree.update((p.pid, p) for p in live_descendants(proc.pid))
         proc.kill()
-        proc.wait()
+    proc.wait()
+    _, alive = psutil.wait_procs(list(tree.values()), timeout=max(0.0, deadline - time.monotonic()))
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=5)
 
 
 def build(side: Side) -> str:
