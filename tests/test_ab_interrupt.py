@@ -63,55 +63,10 @@ def test_a_signal_mid_ab_removes_its_worktrees_and_ends_in_one_line(tmp_path, si
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
 
 
-def test_an_interrupted_child_is_stopped_and_waited_for(tmp_path):
-    """Ctrl-C while ab waits for a build or a session: the child gets SIGTERM and ab returns only
-    once it has ended (here it takes 1 s to end what it started), never leaving it running."""
+def interrupt_run_child_once_ready(child: str, ready: Path, cwd: Path) -> None:
+    """run_child on ``child`` (Python source), Ctrl-C (as SIGALRM's handler) once ``ready``
+    exists; asserts that run_child gave way to the KeyboardInterrupt."""
     from numabench.results.ab import run_child
-
-    ready, ended = tmp_path / "ready", tmp_path / "ended"
-    child = ("import signal, sys, time\n"
-             "def stop(*_):\n"
-             f"    time.sleep(1.0); open({str(ended)!r}, 'w').write('ended'); sys.exit(143)\n"
-             "signal.signal(signal.SIGTERM, stop)\n"
-             f"open({str(ready)!r}, 'w').write('ready')\n"
-             "time.sleep(60)\n")
-
-    def interrupt_once_ready() -> None:  # Ctrl-C (as SIGALRM's handler) once the child handles SIGTERM
-        deadline = time.monotonic() + 60
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGALRM)
-
-    previous = signal.signal(signal.SIGALRM, signal.default_int_handler)
-    waiter = threading.Thread(target=interrupt_once_ready, daemon=True)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            waiter.start()
-            run_child([sys.executable, "-c", child], tmp_path, dict(os.environ), "the child")
-    finally:
-        waiter.join()
-        signal.signal(signal.SIGALRM, previous)
-    assert ended.read_text() == "ended"  # it ended its own way before run_child returned
-
-
-def test_an_interrupted_childs_own_children_are_waited_for(tmp_path):
-    """A child that dies at once on SIGTERM while a process it started (a kernel builder, in a
-    session of its own) still takes 1 s to end its work: run_child returns only after that one
-    has ended too."""
-    from numabench.results.ab import run_child
-
-    ready, ended = tmp_path / "ready", tmp_path / "ended"
-    grandchild = ("import os, time\n"
-                  "parent = os.getppid()\n"
-                  f"open({str(ready)!r}, 'w').write('ready')\n"
-                  "deadline = time.monotonic() + 60\n"
-                  "while os.getppid() == parent and time.monotonic() < deadline:\n"
-                  "    time.sleep(0.02)\n"
-                  f"time.sleep(1.0); open({str(ended)!r}, 'w').write('ended')\n")
-    child = ("import subprocess, sys, time\n"  # the grandchild holds none of run_child's pipes
-             f"subprocess.Popen([sys.executable, '-c', {grandchild!r}], start_new_session=True,\n"
-             "                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-             "time.sleep(60)\n")
 
     def interrupt_once_ready() -> None:
         deadline = time.monotonic() + 60
@@ -124,8 +79,41 @@ def test_an_interrupted_childs_own_children_are_waited_for(tmp_path):
     try:
         with pytest.raises(KeyboardInterrupt):
             waiter.start()
-            run_child([sys.executable, "-c", child], tmp_path, dict(os.environ), "the child")
+            run_child([sys.executable, "-c", child], cwd, dict(os.environ), "the child")
     finally:
         waiter.join()
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_an_interrupted_child_is_stopped_and_waited_for(tmp_path):
+    """Ctrl-C while ab waits for a build or a session: the child gets SIGTERM and ab returns only
+    once it has ended (here it takes 1 s to end what it started), never leaving it running."""
+    ready, ended = tmp_path / "ready", tmp_path / "ended"
+    child = ("import signal, sys, time\n"
+             "def stop(*_):\n"
+             f"    time.sleep(1.0); open({str(ended)!r}, 'w').write('ended'); sys.exit(143)\n"
+             "signal.signal(signal.SIGTERM, stop)\n"
+             f"open({str(ready)!r}, 'w').write('ready')\n"
+             "time.sleep(60)\n")
+    interrupt_run_child_once_ready(child, ready, tmp_path)  # once the child handles SIGTERM
+    assert ended.read_text() == "ended"  # it ended its own way before run_child returned
+
+
+def test_an_interrupted_childs_own_children_are_waited_for(tmp_path):
+    """A child that dies at once on SIGTERM while a process it started (a kernel builder, in a
+    session of its own) still takes 1 s to end its work: run_child returns only after that one
+    has ended too."""
+    ready, ended = tmp_path / "ready", tmp_path / "ended"
+    grandchild = ("import os, time\n"
+                  "parent = os.getppid()\n"
+                  f"open({str(ready)!r}, 'w').write('ready')\n"
+                  "deadline = time.monotonic() + 60\n"
+                  "while os.getppid() == parent and time.monotonic() < deadline:\n"
+                  "    time.sleep(0.02)\n"
+                  f"time.sleep(1.0); open({str(ended)!r}, 'w').write('ended')\n")
+    child = ("import subprocess, sys, time\n"  # the grandchild holds none of run_child's pipes
+             f"subprocess.Popen([sys.executable, '-c', {grandchild!r}], start_new_session=True,\n"
+             "                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+             "time.sleep(60)\n")
+    interrupt_run_child_once_ready(child, ready, tmp_path)
     assert ended.read_text() == "ended"  # the grandchild ended its work before run_child returned
