@@ -27,13 +27,13 @@ def pytest_configure(config):
 '''
 
 
-def run_two_cases(tmp_path: Path, *plugin: str) -> tuple[subprocess.CompletedProcess, dict]:
+def run_two_cases(tmp_path: Path, *plugin: str, sizes: str = "2,4") -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / "run.json"
     env = {**os.environ, "NUMABENCH_FAULT": "oom@setup", "NUMABENCH_FAULT_ONCE": str(tmp_path / "fired"),
            "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "benchmarks/test_train_step.py", "-p", "no:cacheprovider", *plugin, "-q",
-         "-rx", "--numa-policies=default", "--numa-rounds=2", "--numa-warmup=0", "--param-sizes=2,4",
+         "-rx", "--numa-policies=default", "--numa-rounds=2", "--numa-warmup=0", f"--param-sizes={sizes}",
          "--dtypes=fp32", "--nprocess=1", "--numa-axis", "mode=ddp", "--numa-axis", "model=tiny",
          "--numa-axis", "cpu_bind=node", f"--benchmark-json={out}", f"--benchmark-storage=file://{tmp_path}/store"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -69,3 +69,16 @@ def test_a_predicted_out_of_memory_is_an_expected_failure_that_says_so(tmp_path)
     assert "1 passed, 1 xfailed" in proc.stdout, proc.stdout[-2000:]
     assert f"out of memory, as predicted ({PREDICTED}): " in proc.stdout
     check_record(data, PREDICTED)
+
+
+def test_a_session_whose_only_case_ran_out_of_memory_still_writes_its_record(tmp_path):
+    # pytest-benchmark saves nothing for a session without timings: the record must not go with it
+    (tmp_path / "predict_oom.py").write_text(PLUGIN)
+    proc, data = run_two_cases(tmp_path, "-p", "predict_oom", sizes="2")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "1 xfailed" in proc.stdout and "passed" not in proc.stdout, proc.stdout[-2000:]
+    assert data["benchmarks"] == [] and data["machine_info"] and data["commit_info"]
+    [record] = data["numabench_memory"]["out_of_memory"]
+    assert record["extra_info"]["numel"] == 2 and record["predicted"] == PREDICTED
+    saved = list((tmp_path / "store").rglob("*.json"))
+    assert saved == [], saved  # --benchmark-save was not given: nothing stored
