@@ -141,6 +141,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
     Knob("loader_batches", "dataloader: batches per timed round (auto: 4 on the CPU, 8 with a GPU)",
          _whole(1, "batches"), "NUMABENCH_LOADER_BATCHES"),
     Knob("image_px", "dataloader: image side in pixels (auto: 224)", _whole(1, "pixels"), "NUMABENCH_IMAGE_SIDE"),
+    Knob("loader_drain", "dataloader: batches taken untimed at the start of each round, so that the timed "
+         "ones are made during the round, not prefetched while the worker waited (auto: the prefetch depth, "
+         "loader workers x 2; 0: none)", _whole(0, "batches")),
     Knob("rank_threads", "train_step: torch intra-op threads per rank, 0: torch's default (auto: the rank's "
          "CPUs divided by the ranks sharing them)", _whole(0, "threads"), "NUMABENCH_RANK_THREADS"),
     Knob("simd_level", "cpu_adam: SIMD level of our kernel (auto: the best this CPU has)",

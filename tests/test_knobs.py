@@ -50,9 +50,9 @@ def cases(key: str, overrides=None, topo="dgx-2socket-8gpu"):
 def test_every_knob_is_a_family_s_and_every_old_variable_is_named():
     owned = {k for key in FAMILIES for k in family(key).knobs}
     assert owned == set(KNOBS)
-    # every knob but place (new, tests/test_place.py) replaced a variable
+    # every knob but place (new, tests/test_place.py) and loader_drain (new) replaced a variable
     assert {k for k, knob in KNOBS.items() if knob.retired_env} == {k for _, k, _, _ in CONVERTED} == \
-        set(KNOBS) - {"place"}
+        set(KNOBS) - {"place", "loader_drain"}
     assert {KNOBS[k].retired_env for _, k, _, env in CONVERTED} == {env for *_, env in CONVERTED}
 
 
@@ -139,9 +139,13 @@ def test_dataloader_knobs_set_the_loader():
 
     knobs = {"loader_workers": "3", "loader_batches": "2", "image_px": "64"}
     spec = WorkerSpec(numel=8, variants=({"binding": "bound", **knobs},))
-    assert loader_settings(spec, cuda=False) == {"num_workers": 3, "batches_per_round": 2, "image_side": 64}
+    assert loader_settings(spec, cuda=False) == {"num_workers": 3, "batches_per_round": 2, "drain_batches": 6,
+                                                 "image_side": 64}
     plain = WorkerSpec(numel=8, variants=({"binding": "bound"},))
-    assert loader_settings(plain, cuda=False) == {"num_workers": 2, "batches_per_round": 4, "image_side": 224}
+    assert loader_settings(plain, cuda=False) == {"num_workers": 2, "batches_per_round": 4, "drain_batches": 4,
+                                                  "image_side": 224}
+    undrained = WorkerSpec(numel=8, variants=({"binding": "bound", "loader_drain": "0"},))
+    assert loader_settings(undrained, cuda=False)["drain_batches"] == 0
 
 
 def test_rank_threads_sets_train_step_s_threads():

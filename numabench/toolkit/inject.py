@@ -4,8 +4,9 @@
 a family that supports it take about F times as long, by waiting inside the
 timed region itself, so the clock that measures the phase sees the wait:
 
-- CPU phases (perf_counter): after the work, spin until the phase has taken F
-  times what the work took in this very round;
+- CPU phases (perf_counter): after the work, wait until the phase has taken F
+  times what the work took in this very round (a sleep, then a spin of its last
+  0.3 ms);
 - GPU phases (CUDA events): before the phase's end event, a spin kernel on the
   phase's stream (``torch.cuda._sleep``) of (F - 1) times the phase's least
   un-padded time seen, converted to GPU clock cycles with a rate measured once
@@ -20,6 +21,7 @@ import time
 from typing import Any, Mapping
 
 SLOWDOWN_ENV = "NUMABENCH_INJECT_SLOWDOWN"
+CPU_SPIN_NS = 300_000  # a CPU pad's last part, spun: time.sleep overshoots by ~0.1 ms
 
 
 def slowdown_factor(env: Mapping[str, str] | None = None) -> float:
@@ -54,6 +56,11 @@ class SlowdownPad:
             return
         work = time.perf_counter_ns() - t0_ns
         until = t0_ns + int(work * self.factor)
+        # Sleep most of it: a spin would hold the GIL, starving this process's other threads (a
+        # DataLoader's pin-memory thread) past the phase; the last bit spins, which a sleep overshoots.
+        sleep_ns = until - time.perf_counter_ns() - CPU_SPIN_NS
+        if sleep_ns > 0:
+            time.sleep(sleep_ns * 1e-9)
         while time.perf_counter_ns() < until:
             pass
 

@@ -53,6 +53,7 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "copy_median_s": h2d,
         "copy_GBps": round(info.bytes_per_batch / h2d / 1e9, 3) if h2d else None,
         "num_workers": info.num_workers, "batches_per_round": info.batches_per_round,
+        "drain_batches": info.drain_batches,
         "pin_memory": info.pin_memory, "device": info.device_name, "binding": info.binding,
         "loader_worker_affinity_per_rank": [sorted({c for r in i.loader_workers for c in r.affinity})
                                             for i in infos],
@@ -76,7 +77,7 @@ FAMILY = GpuOrCpuFamily(
     default_dtypes=("fp32",),
     extra_axes={"binding": ("bound", "unbound")},
     worker_axes=(),
-    knobs=("loader_workers", "loader_batches", "image_px"),  # auto: worker.loader_settings
+    knobs=("loader_workers", "loader_batches", "loader_drain", "image_px"),  # auto: worker.loader_settings
     host_bytes_per_element=lambda case: 3 * 224 * 224 * 4 * 8,  # a batch ~ 8 times over (prefetch, pin, dest)
     device_bytes_per_element=lambda case: 3 * 224 * 224 * 4,
     case_skip_reason=skip_reason,

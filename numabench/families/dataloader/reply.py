@@ -34,3 +34,4 @@ class DataloaderReply(SetupReply):
     num_workers: int
     batches_per_round: int
     image_side: int
+    drain_batches: int = 0  # taken untimed before each round (0 in replies from before it existed)

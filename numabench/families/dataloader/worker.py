@@ -21,7 +21,8 @@ of a received batch (pinned by the trainer, or the loader worker's shared
 memory on the CPU) and, on the CPU, the destination buffer.
 
 One timed round = ``batches_per_round`` batches: wait for the batch, copy it
-to the destination; ``batch`` is the round's wall time per batch (after a
+to the destination, after ``drain_batches`` taken untimed (the batches the
+loader workers prefetched while the round was not running); ``batch`` is the round's wall time per batch (after a
 device synchronize), ``h2d`` the copy alone (CUDA events, or wall time on the
 CPU).
 
@@ -31,6 +32,8 @@ other than auto shows in the case id):
   [loader_batches], 224x224 images [image_px].
 - GPU: min(8, CPUs / nprocess) loader workers (the same for bound and
   unbound), 8 batches per round, 224x224 images, pin_memory.
+- Both: the prefetch depth (loader workers x 2) drained untimed before each
+  round [loader_drain].
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ from numabench.numa.policy import Policy
 from numabench.toolkit.rank_barrier import SCRATCH_ENV
 
 DATASET_LENGTH = 1 << 16
+PREFETCH_FACTOR = 2  # batches each loader worker keeps ready
 REPORT_WAIT_S = 60.0
 
 
@@ -98,12 +102,15 @@ def check_loader_reports(reports: list[dict], cpus: list[int] | None, policy: Po
 
 
 def loader_settings(spec: WorkerSpec, cuda: bool) -> dict:
-    """The loader's settings: the case's knobs (loader_workers, loader_batches, image_px), else defaults."""
+    """The loader's settings: the case's knobs (loader_workers, loader_batches, loader_drain,
+    image_px), else defaults."""
     knob = spec.knob
     nproc = max(1, spec.nprocess)
-    workers = 2 if not cuda else max(2, min(8, (os.cpu_count() or 2) // nproc))
-    return {"num_workers": int(knob("loader_workers") or workers),
+    workers = int(knob("loader_workers") or (2 if not cuda else max(2, min(8, (os.cpu_count() or 2) // nproc))))
+    drain = knob("loader_drain")
+    return {"num_workers": workers,
             "batches_per_round": int(knob("loader_batches") or (8 if cuda else 4)),
+            "drain_batches": int(drain) if drain is not None else workers * PREFETCH_FACTOR,
             "image_side": int(knob("image_px") or 224)}
 
 
@@ -144,7 +151,7 @@ class Worker(BaseWorker):
                                  policy=self.spec.policy if self.bound else None, report_dir=self.report_dir)
         self.loader = DataLoader(self.dataset, batch_size=self.batch, sampler=InfiniteSampler(DATASET_LENGTH),
                                  num_workers=s["num_workers"], pin_memory=self.cuda, persistent_workers=True,
-                                 prefetch_factor=2, worker_init_fn=init, drop_last=True)
+                                 prefetch_factor=PREFETCH_FACTOR, worker_init_fn=init, drop_last=True)
         self.it = iter(self.loader)
         shape = (self.batch, 3, side, side)
         numel = self.batch * 3 * side * side
@@ -211,6 +218,11 @@ class Worker(BaseWorker):
         import torch
 
         k = self.settings["batches_per_round"]
+        # Between rounds (the other variants', the other A/B side's) the loader workers refill their
+        # queue: timed, those batches would measure how long the worker waited, not how fast the
+        # loader makes batches. Taken untimed, the timed ones are made while the round runs.
+        for _ in range(self.settings["drain_batches"]):
+            next(self.it)
         copy_s = 0.0
         if self.cuda:
             stream = torch.cuda.current_stream(self.device)
