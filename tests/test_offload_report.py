@@ -216,6 +216,18 @@ def test_capacity_per_mode_from_bytes_per_parameter_checked_by_the_nearest_runs(
     assert capacity_rows(mode_rows(run(ts("streamed", 0.2))), run()) == []  # no machine figures recorded
 
 
+def test_a_peak_under_the_modelled_state_is_named_not_taken_for_activations():
+    # torchao's 10 B/param counts autocast's bf16 copies beside every gradient; on an H100 its 5b
+    # peak (43.4 GiB) was under that state (47.5 GiB): the row says so, with 0 activations
+    n = 5_099_462_656
+    data = run(ts("torchao-offload", 1.337, model="5b", n_params=n, mem_peak_per_rank_bytes=[int(43.4 * GIB)]),
+               memory=memory_outcomes.section(128 * GIB, "--numa-host-memory", [80 * GIB], []))
+    [cap] = capacity_rows(mode_rows(data), data)
+    assert cap.activations == 0 and cap.measured_at is None
+    assert "| 0: the peak, 43.4 GiB, is under the 47.5 GiB of state its 10 B/param model (test_train_step[" \
+        in capacity_table([cap], data)
+
+
 def test_out_of_memory_lines_are_recognised_and_other_errors_are_not():
     assert memory_outcomes.oom_message(
         "rank 0: raised OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB (during setup)\n"
@@ -247,3 +259,25 @@ def test_merge_and_report_keep_every_runs_out_of_memory_records(tmp_path):
     md = build_report(paths, plots=False).markdown
     assert md.count("out of memory (predicted)") == 2
     assert memory_outcomes.combined([run(ts("streamed", 1.0))]) is None
+
+
+def test_runs_whose_only_cases_ran_out_of_memory_merge_and_a_copy_of_one_is_refused(tmp_path):
+    """A model run one mode at a time: the modes that ran out of memory leave runs without entries,
+    one record each. They are different runs (not copies of each other for having no entries); a
+    copy of one under another name is still refused."""
+    from numabench.errors import UsageError
+
+    def oom_only(mode: str, when: str) -> dict:
+        r = run(memory=memory_outcomes.section(128 * GIB, "--numa-host-memory", [80 * GIB], [oom(mode)]))
+        return {**r, "datetime": when}
+
+    paths = [tmp_path / "0001_streamed.json", tmp_path / "0002_no-offload.json", tmp_path / "0003_master.json"]
+    paths[0].write_text(json.dumps(run(ts("streamed", 1.5, model="5b", numel=4))))
+    paths[1].write_text(json.dumps(oom_only("no-offload", "2026-11-25T01:00:00")))
+    paths[2].write_text(json.dumps(oom_only("no-offload-master", "2026-11-25T02:00:00")))
+    kept = merge_runs(paths).run[memory_outcomes.KEY]["out_of_memory"]
+    assert sorted(r["extra_info"]["mode"] for r in kept) == ["no-offload", "no-offload-master"]
+    copy = tmp_path / "0004_copy.json"
+    copy.write_text(paths[1].read_text())
+    with pytest.raises(UsageError, match="same run|same entries"):
+        merge_runs([*paths, copy])

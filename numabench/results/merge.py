@@ -135,9 +135,13 @@ def _run_sources(name: str, run: dict) -> set[tuple]:
     merged_from = run.get("numabench_merged_from")
     if isinstance(merged_from, list) and merged_from:
         return leaves(merged_from)
-    content = hashlib.sha256(json.dumps(run.get("benchmarks"), sort_keys=True).encode()).hexdigest()
-    return {("run", Path(name).name, str(run.get("datetime")), str((run.get("commit_info") or {}).get("id"))),
-            ("content", content)}
+    sources = {("run", Path(name).name, str(run.get("datetime")), str((run.get("commit_info") or {}).get("id")))}
+    # its content: the entries and, for a case without timings, its out-of-memory records (a run
+    # without entries is no copy of another one only because both have none)
+    content = {"benchmarks": run.get("benchmarks") or [], "out_of_memory": memory_outcomes.out_of_memory(run)}
+    if content["benchmarks"] or content["out_of_memory"]:
+        sources.add(("content", hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()))
+    return sources
 
 
 def check_distinct(runs: Sequence[tuple[str, dict]]) -> None:

@@ -55,6 +55,17 @@ def capacity_rows(rows: list[ModeRow], run: dict) -> list[CapacityRow]:
     return out
 
 
+def _no_activations(r: CapacityRow) -> str:
+    """Why a mode's activations are counted as 0: no peak measured, or a peak under the state its
+    bytes per parameter model (the model overstates that mode: the measured peak is the truth)."""
+    fit = r.largest_fit
+    if fit is None or not fit.peak_allocated or not fit.n_params:
+        return "not measured: 0"
+    state = r.gpu_bytes_per_param * fit.n_params
+    return (f"0: the peak, {fit.peak_allocated / 2**30:.1f} GiB, is under the {state / 2**30:.1f} GiB of state "
+            f"its {r.gpu_bytes_per_param:g} B/param model ({fit.name})")
+
+
 def _b(n: float | None) -> str:
     return "-" if n is None else f"{n / 1e9:.2f}B"
 
@@ -72,7 +83,7 @@ def capacity_table(rows: list[CapacityRow], run: dict) -> str:
     for r in rows:
         fit = f"{r.largest_fit.model} ({_b(r.largest_fit.n_params)})" if r.largest_fit else "-"
         oom = f"{r.smallest_oom.model} ({_b(r.smallest_oom.n_params)})" if r.smallest_oom else "-"
-        act = f"{r.activations / 2**30:.1f} ({r.measured_at})" if r.measured_at else "not measured: 0"
+        act = f"{r.activations / 2**30:.1f} ({r.measured_at})" if r.measured_at else _no_activations(r)
         out.append(f"| {r.mode} | {r.dtype} | {r.gpu_bytes_per_param:g} | {r.host_bytes_per_param:g} | {act} | "
                    f"{_b(r.capacity.params)} | {r.capacity.limit} | {fit} | {oom} |")
     return "\n".join(out)
