@@ -26,7 +26,6 @@ from numabench.numa.place import Place
 from numabench.numa.placement import Expectation, compare
 from numabench.numa.weights import WeightSetting
 from numabench.toolkit.inject import slowdown_factor
-from numabench.workers.quiet import wait_quiet
 from numabench.workers.sides import THIS_SIDE, WorkerSide
 
 
@@ -171,24 +170,14 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         t_steps = time.perf_counter()
         parts["checks"] = t_steps - t_checks
         by_label = {s.label: s for s in sides}
-        others = {label: [pid for o in labels if o != label for pid in groups[o].pids] for label in labels}
-        quiet_s = 0.0
-
-        def settle(label: str) -> None:  # the other sides' threads stopped before this side's round
-            nonlocal quiet_s
-            if others[label]:
-                quiet_s += wait_quiet(others[label])[0]
-
         for n in range(warmup):
             for label in round_order(labels, n):
-                settle(label)
                 for payload in payloads:
                     _side_call(by_label[label], sides, groups[label].step, payload)
         per_rank = {label: [[dict() for _ in ranks] for _ in variants] for label in labels}
         phases: dict[str, list[dict[str, list[float]]]] = {label: [dict() for _ in variants] for label in labels}
         for n in range(rounds):
             for label in round_order(labels, n):
-                settle(label)
                 for k, payload in enumerate(payloads):
                     times = _side_call(by_label[label], sides, groups[label].step, payload)
                     for i, t in enumerate(times):
@@ -207,9 +196,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
                     setup_info=[d.info for d in dones[s.label]], affinity=[d.affinity for d in dones[s.label]],
                     node_memory=[d.node_memory for d in dones[s.label]],
                     placement=placements[s.label], launcher=how, commands=commands, slowdown=slowdowns[s.label],
-                    extra={**place_note(case, topology),
-                           # inside the steps' time: the waits for the other sides' threads to stop
-                           **({"ab_quiet_wait_s": round(quiet_s, 4)} if len(sides) > 1 else {})}))
+                    extra=place_note(case, topology)))
     # The run's cost, for time plans: fixed (start, set-up, checks, teardown) and per step request
     t_end = time.perf_counter()
     fixed_s = t_end - t0 - steps_s
