@@ -57,13 +57,40 @@ def test_the_base_side_runs_the_base_checkouts_workers_round_by_round(tmp_path):
     assert extra["ab_base"]["injected_slowdown"] == 1.0  # the head's variable never reached the base
 
 
+def counting_base(tmp_path: Path, count_file: Path) -> Path:
+    """A checkout whose touch worker appends a line to ``count_file`` at every step request."""
+    base = tmp_path / "base"
+    shutil.copytree(ROOT / "numabench", base / "numabench", ignore=shutil.ignore_patterns("__pycache__"))
+    worker = base / "numabench" / "families" / "touch" / "worker.py"
+    text = worker.read_text()
+    first = "        self.round += 1\n"
+    assert first in text, "the touch worker's step moved: update this test"
+    worker.write_text(text.replace(first, first + f"        open({str(count_file)!r}, 'a').write('step\\n')\n"))
+    return base
+
+
+@pytest.mark.parametrize("rewarm", [False, True], ids=["plain", "rewarm"])
+def test_rewarm_runs_an_untimed_step_before_every_timed_one(tmp_path, rewarm):
+    count = tmp_path / "steps"
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={counting_base(tmp_path, count)}",
+                           *(["--numa-ab-rewarm"] if rewarm else []), f"--benchmark-json={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # per pair: 1 warm-up and 3 timed rounds, each timed one after an untimed one with rewarm
+    assert count.read_text().count("step\n") == 2 * (1 + 3 * (2 if rewarm else 1))
+    (entry,) = json.loads(out.read_text())["benchmarks"]
+    assert entry["extra_info"]["rounds"] == 6 and entry["extra_info"]["ab_base"]["rewarm"] is rewarm
+
+
 @pytest.mark.parametrize("args, message", [
     (["--numa-ab-base=/nonexistent/checkout"], "--numa-ab-base: base checkout '/nonexistent/checkout': allowed a "
                                                 "numabench checkout"),
     (["--numa-ab-base-env=X=1"], "--numa-ab-base-env needs --numa-ab-base=CHECKOUT"),
+    (["--numa-ab-rewarm"], "--numa-ab-rewarm needs --numa-ab-base=CHECKOUT"),
     ([f"--numa-ab-base={ROOT}", "--numa-ab-head-env=X"], "--numa-ab-head-env 'X': allowed NAME=VALUE"),
     ([f"--numa-ab-base={ROOT}", "--benchmark-compare"], "allowed one of them"),
-], ids=["not-a-checkout", "env-without-base", "env-without-value", "with-compare"])
+], ids=["not-a-checkout", "env-without-base", "rewarm-without-base", "env-without-value", "with-compare"])
 def test_bad_ab_options_are_usage_errors(args, message):
     proc = subprocess.run([*SESSION, *args, "--collect-only"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 4 and message in proc.stderr, proc.stderr[-2000:]

@@ -69,12 +69,16 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
               launcher: str = "auto", timeout_s: float = 600.0, tolerance_pp: float = 2.0,
               spec_extra: dict[str, Any] | None = None, rank_nodes: list[int] | None = None,
               rank_gpus: list[int] | None = None,
-              verified: dict[str, dict[str, Any] | None] | None = None) -> dict[str, list[CaseResult]]:
+              verified: dict[str, dict[str, Any] | None] | None = None,
+              rewarm: bool = False) -> dict[str, list[CaseResult]]:
     """run_variants for several sides at once (numabench.workers.sides: whose code the workers
     run): each side's workers start and set up together, each side's placement is checked, and
     the timed rounds alternate between the sides (A B, B A, ...) and, inside a side, between the
     variants, so that the machine's drift over seconds hits every side alike. Returns each side's
-    results by its label. ``verified``: per side label, as run_variants' (a side's own checks)."""
+    results by its label. ``verified``: per side label, as run_variants' (a side's own checks).
+    ``rewarm``: every timed step comes right after an untimed one of the same variant on the same
+    workers, so that it starts from what its own side left (its arrays in the cache, its threads
+    awake), as a plain run's rounds do, rather than from what the other side's round left."""
     if not sides or len({s.label for s in sides}) != len(sides):
         raise ValueError(f"sides {[s.label for s in sides]}: allowed one or more, each label once")
     ranks: list[Rank] = family.ranks(case, topology)
@@ -179,6 +183,8 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         for n in range(rounds):
             for label in round_order(labels, n):
                 for k, payload in enumerate(payloads):
+                    if rewarm:
+                        _side_call(by_label[label], sides, groups[label].step, payload)
                     times = _side_call(by_label[label], sides, groups[label].step, payload)
                     for i, t in enumerate(times):
                         for ph, v in t.items():
@@ -204,7 +210,8 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
     parts = {k: round(v, 3) for k, v in parts.items()}
     for side_results in results.values():
         for r in side_results:
-            r.fixed_s, r.step_wall_s = fixed_s, steps_s / max(1, (warmup + rounds) * len(variants) * len(sides))
+            steps = (warmup + rounds * (2 if rewarm else 1)) * len(variants) * len(sides)
+            r.fixed_s, r.step_wall_s = fixed_s, steps_s / max(1, steps)
             r.fixed_parts_s = parts
     return results
 
