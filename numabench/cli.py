@@ -326,6 +326,9 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         return plan_list(ns)
     pairs = None if ns.ab_pairs is None else parse_ab_pairs(ns.ab_pairs)
     args = ns.pytest_args or ["benchmarks"]
+    # the A/B's own option: its session has a base, this plan's collection none
+    rewarm = pairs is not None and "--numa-ab-rewarm" in args
+    args = [a for a in args if not (rewarm and a == "--numa-ab-rewarm")]
     with tempfile.TemporaryDirectory(prefix="numabench-plan-") as tmp:
         figures = Path(tmp) / "plan.json"
         env = {**os.environ, "NUMABENCH_PLAN_JSON": str(figures)} if pairs else None
@@ -342,7 +345,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
         if pairs:
             from numabench.results.ab_plan import ab_estimate, build_kernels
 
-            print(ab_estimate(json.loads(figures.read_text()), pairs, session_s, build_kernels()).summary())
+            print(ab_estimate(json.loads(figures.read_text()), pairs, session_s, build_kernels(),
+                              rewarm=rewarm).summary())
     return 0
 
 

@@ -39,6 +39,9 @@ def test_the_estimate_is_the_arithmetic_of_its_parts():
     assert rounds.pair_s == pytest.approx(pair)
     assert rounds.seconds == pytest.approx(head + base + 4.0 + 3 * pair)
     assert "(A/B, 3 pairs, rounds interleaved)" in rounds.summary() and "3 pairs x" in rounds.summary()
+    rewarmed = ab_estimate(plan, 3, session_s=4.0, kernels=kernels, rewarm=True)  # --numa-ab-rewarm
+    assert rewarmed.pair_s == pytest.approx(pair + 2 * 20.0)  # every step after an untimed one: steps 4 times
+    assert "each after an untimed one" in rewarmed.summary()
     with pytest.raises(ValueError, match="pairs 1"):
         ab_estimate(plan, 1, 4.0, kernels)
 
@@ -77,3 +80,14 @@ def test_numabench_plan_prints_the_ab_estimate(tmp_path):
     assert head >= KERNEL_BUILD_S["stream"] + KERNEL_BUILD_S["cpu_adam"]  # numabench build compiles both
     assert total == pytest.approx(head + base + session + 2 * pair, abs=3)  # each figure rounded to a second
     assert session > 0
+
+
+def test_numabench_plan_takes_the_ab_s_rewarm_option(tmp_path):
+    """--numa-ab-rewarm is the A/B session's option (it needs a base): the plan counts its steps and
+    collects without it."""
+    env = {**os.environ, "NUMABENCH_BUILD_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "benchmarks/test_touch.py",
+                          "--numa-policies=default", "--param-sizes=4M", "--numa-ab-rewarm"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "both sides' rounds, each after an untimed one)" in out.stdout.splitlines()[-1]

@@ -54,6 +54,7 @@ class ABEstimate:
     base_compile_s: float  # the same where the base's kernel sources differ: every kernel compiled
     plan_steps_s: float = 0.0  # of plan_s, the step requests
     interleave: str = "rounds"  # numabench.results.ab.INTERLEAVE
+    rewarm: bool = False  # --numa-ab-rewarm: every timed step after an untimed one
 
     @property
     def invocation_s(self) -> float:
@@ -63,8 +64,8 @@ class ABEstimate:
     @property
     def pair_s(self) -> float:
         """One pair of the rounds mode: each run's fixed cost once (both sides set up together), its
-        steps twice."""
-        return self.invocation_s - self.session_s + self.plan_steps_s
+        steps twice (four times with rewarm: each step after an untimed one; warm-ups counted too)."""
+        return self.invocation_s - self.session_s + self.plan_steps_s * (3 if self.rewarm else 1)
 
     @property
     def measuring_s(self) -> float:
@@ -86,7 +87,8 @@ class ABEstimate:
         if self.interleave == "rounds":
             then = (f"then one session ({self.session_s:.1f} s pytest start and collection as timed here) of "
                     f"{self.pairs} pairs x ~{duration(self.pair_s)} (the plan above less its kernel builds, its "
-                    f"{duration(self.plan_steps_s)} of steps twice: both sides' rounds)")
+                    f"{duration(self.plan_steps_s)} of steps twice: both sides' rounds"
+                    f"{', each after an untimed one' if self.rewarm else ''})")
         else:
             then = (f"then {2 * self.pairs} invocations x ~{duration(self.invocation_s)} (the plan above less its "
                     f"kernel builds, + {self.session_s:.1f} s pytest start and collection as timed here)")
@@ -96,7 +98,7 @@ class ABEstimate:
 
 
 def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[str, tuple[bool, float]],
-                interleave: str = "rounds") -> ABEstimate:
+                interleave: str = "rounds", rewarm: bool = False) -> ABEstimate:
     """``plan``: numabench.plan.Plan.to_dict() of one invocation; ``kernels``: build_kernels()."""
     if pairs < 2:
         raise ValueError(f"pairs {pairs}: allowed 2 or more")
@@ -108,4 +110,4 @@ def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[st
         plan_unbuilt=len(builds), session_s=session_s,
         head_build_s=sum(KERNEL_CACHED_S if done else s for done, s in kernels.values()),
         base_build_s=len(kernels) * KERNEL_CACHED_S, base_compile_s=sum(s for _, s in kernels.values()),
-        plan_steps_s=float(plan.get("steps_seconds") or 0.0), interleave=interleave)
+        plan_steps_s=float(plan.get("steps_seconds") or 0.0), interleave=interleave, rewarm=rewarm)
