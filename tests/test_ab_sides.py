@@ -29,16 +29,21 @@ SESSION = [sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "--numa-p
            "--param-sizes=1M", "--numa-rounds=3", "--numa-warmup=1", "-p", "no:cacheprovider", "-q"]
 
 
-def slow_base(tmp_path: Path) -> Path:
-    """A checkout whose touch worker sleeps SLEEP_S inside its timed phase."""
+def patched_base(tmp_path: Path, anchor: str, added: str) -> Path:
+    """A copy of this package as a base checkout, its touch worker's line ``anchor`` followed by ``added``."""
     base = tmp_path / "base"
     shutil.copytree(ROOT / "numabench", base / "numabench", ignore=shutil.ignore_patterns("__pycache__"))
     worker = base / "numabench" / "families" / "touch" / "worker.py"
     text = worker.read_text()
-    timed = "        ctypes.memset(self.addr, value, self.nbytes)\n"
-    assert timed in text, "the touch worker's timed line moved: update this test"
-    worker.write_text(text.replace(timed, timed + f"        time.sleep({SLEEP_S})\n"))
+    assert anchor in text, "the touch worker's step moved: update this test"
+    worker.write_text(text.replace(anchor, anchor + added))
     return base
+
+
+def slow_base(tmp_path: Path) -> Path:
+    """A checkout whose touch worker sleeps SLEEP_S inside its timed phase."""
+    return patched_base(tmp_path, "        ctypes.memset(self.addr, value, self.nbytes)\n",
+                        f"        time.sleep({SLEEP_S})\n")
 
 
 def test_the_base_side_runs_the_base_checkouts_workers_round_by_round(tmp_path):
@@ -59,14 +64,8 @@ def test_the_base_side_runs_the_base_checkouts_workers_round_by_round(tmp_path):
 
 def counting_base(tmp_path: Path, count_file: Path) -> Path:
     """A checkout whose touch worker appends a line to ``count_file`` at every step request."""
-    base = tmp_path / "base"
-    shutil.copytree(ROOT / "numabench", base / "numabench", ignore=shutil.ignore_patterns("__pycache__"))
-    worker = base / "numabench" / "families" / "touch" / "worker.py"
-    text = worker.read_text()
-    first = "        self.round += 1\n"
-    assert first in text, "the touch worker's step moved: update this test"
-    worker.write_text(text.replace(first, first + f"        open({str(count_file)!r}, 'a').write('step\\n')\n"))
-    return base
+    return patched_base(tmp_path, "        self.round += 1\n",
+                        f"        open({str(count_file)!r}, 'a').write('step\\n')\n")
 
 
 @pytest.mark.parametrize("rewarm", [False, True], ids=["plain", "rewarm"])
