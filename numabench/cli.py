@@ -295,13 +295,18 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     if coarsest <= 0:
         raise UsageError(f"--coarsest {ns.coarsest}: allowed a percentage > 0, e.g. 10%")
     json_path = Path(ns.json) if ns.json else None
-    if json_path is not None and not json_path.parent.is_dir():
-        raise UsageError(f"--json {ns.json}: {json_path.parent} is not a folder: allowed a file in an existing folder")
+    session_path = Path(ns.session_json) if ns.session_json else None
+    for option, path in (("--json", json_path), ("--session-json", session_path)):
+        if path is not None and not path.parent.is_dir():
+            raise UsageError(f"{option} {path}: {path.parent} is not a folder: allowed a file in an existing folder")
+    if session_path is not None and (ns.interleave != "rounds" or ns.head_axis):
+        raise UsageError("--session-json keeps the rounds mode's one session: allowed with --interleave=rounds "
+                         "and without --head-axis")
     res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
                  threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence, coarsest_pct=coarsest,
                  base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave,
-                 head_axis=ns.head_axis)
+                 head_axis=ns.head_axis, session_json=session_path)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -327,8 +332,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     pairs = None if ns.ab_pairs is None else parse_ab_pairs(ns.ab_pairs)
     args = ns.pytest_args or ["benchmarks"]
     # the A/B's own option: its session has a base, this plan's collection none
-    rewarm = pairs is not None and "--numa-ab-rewarm" in args
-    args = [a for a in args if not (rewarm and a == "--numa-ab-rewarm")]
+    rewarm = pairs is not None and "--numa-ab-no-rewarm" not in args
+    args = [a for a in args if not (pairs is not None and a == "--numa-ab-no-rewarm")]
     with tempfile.TemporaryDirectory(prefix="numabench-plan-") as tmp:
         figures = Path(tmp) / "plan.json"
         env = {**os.environ, "NUMABENCH_PLAN_JSON": str(figures)} if pairs else None
@@ -635,6 +640,9 @@ def build_parser() -> OneLineParser:
                    help="text (terminal), markdown (a CI job summary), github (GitHub Actions annotations: an "
                         "error per slower entry), json (the A/B run as data)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the A/B run as JSON here")
+    p.add_argument("--session-json", default=None, metavar="PATH",
+                   help="also keep the session's pytest-benchmark JSON here (rounds mode): each entry's base "
+                        "medians in extra_info.ab_base, each run's costs (run_fixed_s, run_step_wall_s)")
     p.add_argument("--show", default=None, metavar="FILE",
                    help="render a saved A/B run (what --json wrote) in --format; exit code as its verdicts")
     p.set_defaults(func=cmd_ab, pytest_args=None)

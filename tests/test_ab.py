@@ -5,9 +5,11 @@ git repository, builds, invocations in ABBA order, their removal) with a fake in
 place of pytest. The real suite under ab: tests/test_regression_gate.py."""
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -255,14 +257,27 @@ def test_run_ab_by_rounds_runs_one_session_of_the_head_with_the_base_checked_out
     def invoke_both(base: Side, head: Side, pytest_args, pairs: int, json_path: Path):
         seen.update(base=(base.label, (base.path / "f.txt").read_text(), dict(base.env)),
                     head=(head.label, (head.path / "f.txt").read_text(), dict(head.env)), pairs=pairs)
-        return interleaved_medians(_session_run({A: [1.5e-3] * pairs}, {A: [1e-3] * pairs}), pairs)
+        run = _session_run({A: [1.5e-3] * pairs}, {A: [1e-3] * pairs})
+        json_path.write_text(json.dumps(run))
+        return interleaved_medians(run, pairs)
 
-    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, head_env={"X": "1"}, build_side=lambda s: "",
-                 invoke_both=invoke_both)
+    def build_side(side: Side) -> str:
+        time.sleep(0.3 if side.label == "HEAD" else 0.0)
+        return ""
+
+    kept = repo / "session.json"
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, head_env={"X": "1"}, build_side=build_side,
+                 invoke_both=invoke_both, session_json=kept)
     assert seen == {"base": ("HEAD~1", "0\n", {}), "head": ("HEAD", "1\n", {"X": "1"}), "pairs": 3}
     assert res.interleave == "rounds" and [r.verdict for r in res.rows] == [SLOWER] and res.exit_code == 1
     assert "rounds alternating" in render(res)
     assert worktrees(repo) == before
+    # the session's own JSON kept where asked, and where the time went
+    assert interleaved_medians(json.loads(kept.read_text()), 3)["head"][0] == {A: 1.5e-3}
+    t = res.timings_s
+    assert set(t) == {"build_base", "build_head", "measuring", "total"} and t["build_head"] >= 0.3 > t["build_base"]
+    assert t["total"] == pytest.approx(t["build_base"] + t["build_head"] + t["measuring"], abs=0.1)
+    assert "took " in render(res)
 
 
 @pytest.mark.parametrize("arg", ["--numa-repeats=3", "--numa-ab-base=/x", "--benchmark-compare"])

@@ -188,6 +188,13 @@ def test_json_round_trips_and_holds_the_run():
     back = from_json(data)
     assert to_json(back) == data
     assert render_text(back) == render_text(res)
+    assert data["timings_s"] == {} and "took" not in render_text(res)  # a run without them (saved before)
+    res.timings_s = {"build_base": 4.2, "build_head": 190.0, "measuring": 300.4, "total": 494.6}
+    timed = json.loads(render_as(res, "json"))
+    assert from_json(timed).timings_s == res.timings_s
+    assert "took 495 s: builds 4 s (base) + 190 s (head), measuring 300 s" in render_text(from_json(timed))
+    with pytest.raises(ValueError, match="timings_s"):
+        from_json({**timed, "timings_s": {"total": 1.0}})
     with pytest.raises(ValueError, match="schema"):
         from_json({"schema": "other"})
     with pytest.raises(ValueError, match="not an A/B run"):
@@ -208,3 +215,14 @@ def test_ab_show_renders_a_saved_run_with_its_exit_code(tmp_path):
     calm.write_text(json.dumps(to_json(result({"test_same[a]": [1.002, 0.998, 1.001]}))))
     out = _cli("ab", "--show", str(calm))
     assert out.returncode == 0 and out.stdout.startswith("numabench A/B: no regression in 1 entries")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--interleave=invocations"], "--session-json keeps the rounds mode's one session"),
+    (["--head-axis", "place=master:bind:0"], "--session-json keeps the rounds mode's one session"),
+], ids=["invocations", "head-axis"])
+def test_session_json_is_the_rounds_modes_only(tmp_path, args, message):
+    out = _cli("ab", "HEAD", "--session-json", str(tmp_path / "s.json"), *args)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    out = _cli("ab", "HEAD", "--session-json", str(tmp_path / "nowhere" / "s.json"))
+    assert out.returncode == 2 and "is not a folder" in out.stderr, out.stderr

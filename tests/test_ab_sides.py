@@ -68,15 +68,15 @@ def counting_base(tmp_path: Path, count_file: Path) -> Path:
                         f"        open({str(count_file)!r}, 'a').write('step\\n')\n")
 
 
-@pytest.mark.parametrize("rewarm", [False, True], ids=["plain", "rewarm"])
+@pytest.mark.parametrize("rewarm", [False, True], ids=["no-rewarm", "default"])
 def test_rewarm_runs_an_untimed_step_before_every_timed_one(tmp_path, rewarm):
     count = tmp_path / "steps"
     out = tmp_path / "ab.json"
     proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={counting_base(tmp_path, count)}",
-                           *(["--numa-ab-rewarm"] if rewarm else []), f"--benchmark-json={out}"],
+                           *([] if rewarm else ["--numa-ab-no-rewarm"]), f"--benchmark-json={out}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # per pair: 1 warm-up and 3 timed rounds, each timed one after an untimed one with rewarm
+    # per pair: 1 warm-up and 3 timed rounds, each timed one after an untimed one unless told not to
     assert count.read_text().count("step\n") == 2 * (1 + 3 * (2 if rewarm else 1))
     (entry,) = json.loads(out.read_text())["benchmarks"]
     assert entry["extra_info"]["rounds"] == 6 and entry["extra_info"]["ab_base"]["rewarm"] is rewarm
@@ -86,7 +86,7 @@ def test_rewarm_runs_an_untimed_step_before_every_timed_one(tmp_path, rewarm):
     (["--numa-ab-base=/nonexistent/checkout"], "--numa-ab-base: base checkout '/nonexistent/checkout': allowed a "
                                                 "numabench checkout"),
     (["--numa-ab-base-env=X=1"], "--numa-ab-base-env needs --numa-ab-base=CHECKOUT"),
-    (["--numa-ab-rewarm"], "--numa-ab-rewarm needs --numa-ab-base=CHECKOUT"),
+    (["--numa-ab-no-rewarm"], "--numa-ab-no-rewarm needs --numa-ab-base=CHECKOUT"),
     ([f"--numa-ab-base={ROOT}", "--numa-ab-head-env=X"], "--numa-ab-head-env 'X': allowed NAME=VALUE"),
     ([f"--numa-ab-base={ROOT}", "--benchmark-compare"], "allowed one of them"),
 ], ids=["not-a-checkout", "env-without-base", "rewarm-without-base", "env-without-value", "with-compare"])

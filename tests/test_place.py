@@ -104,7 +104,7 @@ def test_place_at_auto_leaves_ids_as_they_were(key):
 def test_a_place_shows_in_the_id_the_run_key_and_the_entry():
     [(case, reason)] = [(c, r) for c, r in cases("cpu_adam", ["moments:bind:3+master:bind:0"],
                                                  impl=["torch-fused"]) if c.policy.id == "bind:0"]
-    assert case.id == "np1-16.8M-bind:0-fp32-torch-fused-place=master:bind:0+moments:bind:3"
+    assert case.id == "np1-134M-bind:0-fp32-torch-fused-place=master:bind:0+moments:bind:3"
     assert reason is None
     assert "place=master:bind:0+moments:bind:3" in worker_run_key(case, family("cpu_adam"))
     fields = case_fields(case, "step", "hk")

@@ -34,12 +34,12 @@ def test_the_estimate_is_the_arithmetic_of_its_parts():
     assert est.seconds == pytest.approx(head + base + 6 * invocation)
     assert est.seconds_if_base_compiles == pytest.approx(head + 30.0 + 45.0 + 120.0 + 6 * invocation)
     assert "(A/B, 3 pairs, invocations interleaved)" in est.summary() and "6 invocations" in est.summary()
-    rounds = ab_estimate(plan, 3, session_s=4.0, kernels=kernels)  # the default: one session, both sides' rounds
+    rounds = ab_estimate(plan, 3, session_s=4.0, kernels=kernels, rewarm=False)  # one session, both sides' rounds
     pair = 100.0 - 45.0 + KERNEL_CACHED_S + 20.0  # fixed costs once (both sides set up together), steps twice
     assert rounds.pair_s == pytest.approx(pair)
     assert rounds.seconds == pytest.approx(head + base + 4.0 + 3 * pair)
     assert "(A/B, 3 pairs, rounds interleaved)" in rounds.summary() and "3 pairs x" in rounds.summary()
-    rewarmed = ab_estimate(plan, 3, session_s=4.0, kernels=kernels, rewarm=True)  # --numa-ab-rewarm
+    rewarmed = ab_estimate(plan, 3, session_s=4.0, kernels=kernels)  # the default: each step after an untimed one
     assert rewarmed.pair_s == pytest.approx(pair + 2 * 20.0)  # every step after an untimed one: steps 4 times
     assert "each after an untimed one" in rewarmed.summary()
     with pytest.raises(ValueError, match="pairs 1"):
@@ -80,14 +80,15 @@ def test_numabench_plan_prints_the_ab_estimate(tmp_path):
     assert head >= KERNEL_BUILD_S["stream"] + KERNEL_BUILD_S["cpu_adam"]  # numabench build compiles both
     assert total == pytest.approx(head + base + session + 2 * pair, abs=3)  # each figure rounded to a second
     assert session > 0
+    assert "both sides' rounds, each after an untimed one)" in ab_line  # the default
 
 
-def test_numabench_plan_takes_the_ab_s_rewarm_option(tmp_path):
-    """--numa-ab-rewarm is the A/B session's option (it needs a base): the plan counts its steps and
-    collects without it."""
+def test_numabench_plan_takes_the_ab_s_no_rewarm_option(tmp_path):
+    """--numa-ab-no-rewarm is the A/B session's option (it needs a base): the plan counts the steps
+    without the untimed ones and collects without it."""
     env = {**os.environ, "NUMABENCH_BUILD_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "benchmarks/test_touch.py",
-                          "--numa-policies=default", "--param-sizes=4M", "--numa-ab-rewarm"], cwd=ROOT, env=env,
+                          "--numa-policies=default", "--param-sizes=4M", "--numa-ab-no-rewarm"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "both sides' rounds, each after an untimed one)" in out.stdout.splitlines()[-1]
+    assert out.stdout.splitlines()[-1].split("; ~")[0].endswith("twice: both sides' rounds)")

@@ -57,6 +57,8 @@ from numabench.gate.invocations import invocation_medians
 from numabench.results import ab_verdict
 
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
+# where an A/B run's time went, in seconds: each side's build, the measuring, all of it
+TIMINGS = ("build_base", "build_head", "measuring", "total")
 INTERLEAVE = ("rounds", "invocations")  # how base and head take turns (module docstring)
 AB_BASE_KEY = "ab_base"  # extra_info of an entry of a rounds-interleaved session (fixtures.ab_sides)
 BOOTSTRAP_RESAMPLES = 4000
@@ -100,6 +102,7 @@ class ABResult:
     hardware_key: str | None = None
     interleave: str = "invocations"  # INTERLEAVE
     when: str = ""  # when the measuring began, UTC ISO 8601 ('' where not recorded)
+    timings_s: dict[str, float] = field(default_factory=dict)  # TIMINGS: where the run's time went
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -374,7 +377,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            head_env: dict[str, str] | None = None, cwd: Path | None = None,
            progress: Callable[[str], None] = lambda line: None, invoke_one: InvokeOne = invoke,
            build_side: Callable[[Side], str] = build, interleave: str = "rounds",
-           invoke_both: InvokeInterleaved = invoke_interleaved, head_axis: str | None = None) -> ABResult:
+           invoke_both: InvokeInterleaved = invoke_interleaved, head_axis: str | None = None,
+           session_json: Path | None = None) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -382,7 +386,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     whatever happens. ``head_axis`` (``NAME=VALUE``, a knob): the head runs with that value, the
     base at the knob's default, each head entry judged against the base entry of the same case
     without it (an A/B of a setting, e.g. BASE = HEAD's revision); its cases differ between the
-    sides, so it runs whole invocations."""
+    sides, so it runs whole invocations. ``session_json``: where to keep the rounds mode's session
+    (its pytest-benchmark JSON: both sides' medians and each run's costs, for time plans)."""
     if pairs < 2:
         raise UsageError(f"--pairs {pairs}: allowed 2 or more (an interval needs several pairs)")
     if not 0 < confidence < 1:
@@ -405,18 +410,27 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             head_label = (head or WORKTREE) + (f" {' '.join(head_args)}" if head_args else "")
             sides = {"base": Side(base, base_commit, base_path, base_env or {}),
                      "head": Side(head_label, head_commit, head_path, head_env or {}, head_args)}
+            timings: dict[str, float] = {}
             for label, side in sides.items():
                 progress(f"building {label} ({side.label}) in {side.path}")
+                started = time.monotonic()
                 build_side(side)
+                timings[f"build_{label}"] = time.monotonic() - started
+            started = time.monotonic()
             if interleave == "rounds":
                 progress(f"{pairs} pairs, rounds alternating between base and head in one session")
                 measured = invoke_both(sides["base"], sides["head"], pytest_args, pairs, tmp / "ab.json")
+                if session_json is not None and (tmp / "ab.json").is_file():
+                    shutil.copyfile(tmp / "ab.json", session_json)
             else:
                 measured = measure(sides, pytest_args, pairs, tmp, invoke_one, progress)
+            timings["measuring"] = time.monotonic() - started
+            timings["total"] = timings["build_base"] + timings["build_head"] + timings["measuring"]
             if head_suffix:  # the head's entries under the base's names (the knob removed)
                 measured["head"] = [{n.replace(head_suffix, ""): v for n, v in m.items()} for m in measured["head"]]
         res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence,
-                       coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave, when=when)
+                       coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave, when=when,
+                       timings_s={k: round(v, 1) for k, v in timings.items()})
         res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct)
         res.missing += measured.get("failed", [])
         for line in measured.get("failed", []):

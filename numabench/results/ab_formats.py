@@ -15,7 +15,7 @@ from typing import Any
 
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.gate.table import _escape_data, _escape_property, format_table
-from numabench.results.ab import ABResult, ABRow, Side
+from numabench.results.ab import TIMINGS, ABResult, ABRow, Side
 from numabench.results.ab_verdict import INTERVAL, UNRESOLVED
 
 FORMATS = ("text", "markdown", "github", "json")
@@ -78,6 +78,10 @@ def summary_lines(res: ABResult) -> list[str]:
     if res.missing:
         lines.append(f"WARNING: {len(res.missing)} entries not measured in every pair of both sides (NOT JUDGED): "
                      + "; ".join(res.missing[:8]) + (" ..." if len(res.missing) > 8 else ""))
+    t = res.timings_s
+    if t:
+        lines.append(f"took {t['total']:.0f} s: builds {t['build_base']:.0f} s (base) + {t['build_head']:.0f} s "
+                     f"(head), measuring {t['measuring']:.0f} s")
     if c[SLOWER]:
         lines.append(f"REGRESSION: {c[SLOWER]} entries slower by more than {res.threshold_pct:g}% "
                      f"with {res.confidence:.0%} confidence")
@@ -159,6 +163,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "order": "ABBA", "interleave": res.interleave, "threshold_pct": res.threshold_pct, "confidence": res.confidence,
         "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "counts": counts(res),
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
+        "timings_s": dict(res.timings_s),
         "entries": [{
             "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "ratio": r.ratio,
             "interval": [r.low, r.high], "resolution_pct": r.resolution_pct,
@@ -167,6 +172,15 @@ def to_json(res: ABResult) -> dict[str, Any]:
         } for r in sorted_rows(res)],
         "summary": summary_lines(res),
     }
+
+
+def _timings(data: Any) -> dict[str, float]:
+    """``timings_s`` as saved: every key of TIMINGS a number, or none (saved before it existed)."""
+    if not data:
+        return {}
+    if not (isinstance(data, dict) and all(isinstance(data.get(k), (int, float)) for k in TIMINGS)):
+        raise ValueError(f"timings_s {data!r}: allowed seconds for each of {', '.join(TIMINGS)}")
+    return {k: float(data[k]) for k in TIMINGS}
 
 
 def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
@@ -184,7 +198,7 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        hardware_key=data.get("hardware_key"),
                        # saved before the rounds mode existed: whole invocations
                        interleave=str(data.get("interleave") or "invocations"),
-                       when=str(data.get("datetime") or ""))
+                       when=str(data.get("datetime") or ""), timings_s=_timings(data.get("timings_s")))
         for e in data["entries"]:
             low, high = e["interval"]
             numbers = [e["ratio"], low, high, *e["base_medians_s"], *e["head_medians_s"]]

@@ -54,7 +54,7 @@ class ABEstimate:
     base_compile_s: float  # the same where the base's kernel sources differ: every kernel compiled
     plan_steps_s: float = 0.0  # of plan_s, the step requests
     interleave: str = "rounds"  # numabench.results.ab.INTERLEAVE
-    rewarm: bool = False  # --numa-ab-rewarm: every timed step after an untimed one
+    rewarm: bool = True  # every timed step after an untimed one (--numa-ab-no-rewarm: not)
 
     @property
     def invocation_s(self) -> float:
@@ -98,7 +98,7 @@ class ABEstimate:
 
 
 def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[str, tuple[bool, float]],
-                interleave: str = "rounds", rewarm: bool = False) -> ABEstimate:
+                interleave: str = "rounds", rewarm: bool = True) -> ABEstimate:
     """``plan``: numabench.plan.Plan.to_dict() of one invocation; ``kernels``: build_kernels()."""
     if pairs < 2:
         raise ValueError(f"pairs {pairs}: allowed 2 or more")

@@ -64,7 +64,10 @@ FAMILY = Family(
     phases=("step",),
     setup_reply=CpuAdamReply,
     rank_kind="cpu-node",
-    default_sizes=(16 * 2**20,),  # 64 MiB per fp32 tensor: well past a 32 MiB L3
+    # 512 MiB per fp32 tensor: past a GPU host's last-level cache (300 MiB on the H100 VMs' Xeon), so
+    # a step reads the memory a policy placed; at 64 MiB a tensor its time was the cache's, and two
+    # sides of an A/B evicting each other's arrays moved it by 2-7x
+    default_sizes=(128 * 2**20,),
     default_dtypes=("fp32",),
     extra_axes={"impl": IMPLS},
     worker_axes=("impl",),
