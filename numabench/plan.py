@@ -3,7 +3,8 @@
 A worker run costs its set-up (workers started, memory placed and checked, ceilings
 measured) plus ``warm-up + rounds`` rounds of each variant it times. Both come from the
 baseline of this hardware key where it holds the run's entries (``extra_info.setup_s``
-and the medians of the phases that make up a round); otherwise from a model: the placed
+and the medians of the phases that make up a round), or the same run at another size (its
+steps scaled by the elements: ``baseline, scaled from 16.8M``); otherwise from a model: the placed
 host bytes per rank, moved about twice per round at ``MODEL_GBPS`` (GPU families: a PCIe
 copy; CPU families: memory bandwidth of a few cores), and placed once at set-up at
 ``MODEL_PLACE_GBPS`` (first touch, pinning), plus a start-up cost: the family's as the
@@ -17,9 +18,13 @@ its last build here took, else a default per kernel; the plan line says so
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+from numabench.cases import format_size
 
 if TYPE_CHECKING:
     from numabench.cases import Case
@@ -128,7 +133,8 @@ def _kind(family: "Family", case: "Case", gpus: int) -> str:
     return "gpu" if gpus and (family.needs_gpu or family.rank_kind == "gpu") else "cpu"
 
 
-def _placed_seconds(family: "Family", case: "Case") -> float:
+def placed_seconds(family: "Family", case: "Case") -> float:
+    """The model's time to place a rank's state at set-up (first touch, pinning)."""
     return case.numel_per_rank * family.host_bytes_per_element(case) / (MODEL_PLACE_GBPS * 1e9)
 
 
@@ -136,7 +142,7 @@ def model_setup_seconds(family: "Family", case: "Case", gpus: int, start_s: floa
     """Start-up (``start_s``: the family's as measured on this machine, else the model's) plus
     placing the state."""
     start = MODEL_START_S[_kind(family, case, gpus)] if start_s is None else start_s
-    return start + _placed_seconds(family, case)
+    return start + placed_seconds(family, case)
 
 
 def model_seconds(family: "Family", case: "Case", variants: int, rounds: int, warmup: int, gpus: int,
@@ -152,7 +158,7 @@ def family_start_seconds(recorded: Iterable[tuple["Family", "Case", float]]) -> 
     placing of the run's state."""
     starts: dict[str, list[float]] = {}
     for fam, case, fixed in recorded:
-        starts.setdefault(fam.key, []).append(max(0.5, fixed - _placed_seconds(fam, case)))
+        starts.setdefault(fam.key, []).append(max(0.5, fixed - placed_seconds(fam, case)))
     return {f: statistics.median(v) for f, v in starts.items()}
 
 
@@ -182,6 +188,25 @@ def baseline_seconds(family: "Family", entries: Sequence[dict], steps: int, setu
     return setup_fallback_s + steps * round_s, steps * round_s, "baseline rounds, modelled set-up"
 
 
+def scaled_baseline_seconds(family: "Family", case: "Case", sizes: Sequence[tuple["Case", str]],
+                            by_run: Mapping[str, Sequence[dict]], steps: int,
+                            variants: int) -> tuple[float, float, str] | None:
+    """The run at another size of the baseline (same family, variants, policy, dtype and
+    processes), or None: the nearest size by ratio, its step time scaled by the elements (a step
+    moves every element: bandwidth-bound, so linear; from a much smaller size it counts the
+    cache that size ran in) and its fixed cost with the placing of the state re-modelled."""
+    if not sizes:
+        return None
+    near, key = min(sizes, key=lambda ck: abs(math.log(ck[0].numel / case.numel)))
+    found = baseline_seconds(family, by_run.get(key, []), steps, 0.0, variants)
+    if not found or found[2] != "baseline":
+        return None
+    seconds, steps_s, _ = found
+    fixed = max(0.5, seconds - steps_s - placed_seconds(family, near)) + placed_seconds(family, case)
+    scaled_steps = steps_s * case.numel / near.numel
+    return fixed + scaled_steps, scaled_steps, f"baseline, scaled from {format_size(near.numel)}"
+
+
 def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], baseline: dict | None,
               baseline_name: str | None, gpus: int, kernels: Iterable[str] | None = None) -> Plan:
     """``runs``: (run key, family, one of its cases, variants, entries, rounds, warm-up) per worker run.
@@ -207,12 +232,18 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
                 recorded.setdefault(key, (fam, case, extra["run_fixed_s"]))
     plan = Plan(baseline=baseline_name if baseline else None)
     starts = family_start_seconds(recorded.values())
+    other_sizes: dict[str, list[tuple["Case", str]]] = {}  # run key at size 0 -> the baseline's runs of it
+    for key, (fam, case, _) in recorded.items():
+        other_sizes.setdefault(worker_run_key(dataclasses.replace(case, numel=0), fam), []).append((case, key))
     checked: set[str] = set()  # kernels: checked or built before a family's first run
     needed = set(kernels) if kernels is not None else None
     for key, fam, case, variants, entries, rounds, warmup in runs:
         start = starts.get(fam.key)
         setup_fallback = model_setup_seconds(fam, case, gpus, start)
         found = baseline_seconds(fam, by_run.get(key, []), variants * (warmup + rounds), setup_fallback, variants)
+        if not found:
+            found = scaled_baseline_seconds(fam, case, other_sizes.get(worker_run_key(
+                dataclasses.replace(case, numel=0), fam), []), by_run, variants * (warmup + rounds), variants)
         if found:
             seconds, steps_s, source = found
         else:

@@ -14,7 +14,7 @@ from helpers import fake_caps
 
 from numabench.families import FAMILIES, family
 from numabench.machine.topology import Topology, discover
-from numabench.plan import plan_runs
+from numabench.plan import placed_seconds, plan_runs
 from numabench.tiers import ci_policies, selection, tier_case_ids
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,9 +113,17 @@ def test_plan_from_a_baseline_uses_its_recorded_costs():
     model = plan_runs([(key, fam, case, 1, 1, 10, 3)], None, None, 0)
     assert model.runs[0].source == "model" and "model estimates" in model.summary()
     assert "1 of 1 runs timed from the baseline 0001_x.json" in plan.summary("ci")
-    # a run the baseline lacks (another size) takes the family's start-up as the baseline recorded it
+    # a run the baseline lacks at this size: the baseline's run at another size, its steps scaled by
+    # the elements and its placing re-modelled
     other = case_matrix(fam, t, caps, sizes=(1 << 22,), policies=selection("smoke", fam, t, caps).policies)[0][0]
     [run] = plan_runs([(worker_run_key(other, fam), fam, other, 1, 1, 10, 3)], {"benchmarks": [entry]},
+                      "0001_x.json", 0).runs
+    assert run.source == "baseline, scaled from 1.05M"
+    assert run.steps_s == pytest.approx(13 * 0.01 * 4)
+    assert run.seconds == pytest.approx(2.0 - placed_seconds(fam, case) + placed_seconds(fam, other) + 13 * 0.04)
+    # without recorded step times there: the family's start-up as the baseline recorded it, the rest modelled
+    unstepped = {**entry, "extra_info": {k: v for k, v in entry["extra_info"].items() if k != "run_step_wall_s"}}
+    [run] = plan_runs([(worker_run_key(other, fam), fam, other, 1, 1, 10, 3)], {"benchmarks": [unstepped]},
                       "0001_x.json", 0).runs
     assert run.source == "model, start-up from the baseline"
     modelled = plan_runs([(worker_run_key(other, fam), fam, other, 1, 1, 10, 3)], None, None, 0).runs[0]

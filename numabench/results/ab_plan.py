@@ -1,23 +1,31 @@
 """The time an A/B run (``numabench ab``) will take, from the time plan of one invocation of
 its selection (numabench.plan, from this hardware key's baseline where it holds the runs).
 Rounds interleaved in one session (the default): each pair starts and sets up both sides'
-workers together (in parallel) and steps each side's rounds in turn:
+workers together and steps each side's rounds in turn, each timed step after an untimed one
+(``--numa-ab-no-rewarm``: without):
 
     head's build + base's build + pytest's start and collection
-        + pairs x (the plan less its kernel builds and its steps + 2 x its steps)
+        + pairs x (2 x the plan less its kernel builds and its steps + 4 x its steps)
+
+Both sides' set-ups count in full although they run at once: they share the CPUs (imports,
+torch's start, correctness checks, filling the state). Measured on H100 x1 VMs, a pair's fixed
+cost was 1.2-3.4x the plain run's (train_step DDP 19.0 s against 9.5 s; dataloader 7.0 against
+5.8; adam_offload 17.5-19.9 against 5.1-5.8 with its check), and the A/Bs came within 10% of
+this sum (docs/GATE.md).
 
 Whole invocations (``--interleave=invocations``):
 
     head's build + base's build + pairs x 2 x (the plan less its kernel builds + pytest's start and collection)
 
 Each side runs ``numabench build`` once in its own checkout, which builds every kernel this
-machine can build. Kernels are built per sources and torch in one build folder, so the
-head's build compiles the kernels not built here yet (as long as their last build here took,
-else the plan's default) and checks the others; the base's build compiles only the kernels
-whose sources differ from the head's: none where they are the same (A/A, or a change outside
-``csrc/``: the estimate), every one where they differ (the upper figure). Every invocation
-then finds its kernels built, and pays pytest's start and collection, which ``numabench
-plan`` times as it runs them.
+machine can build, in parallel (one compiler each): the longest compile, plus the build
+command's own start (BUILD_START_S). Kernels are built per sources and torch in one build
+folder, so the head's build compiles the kernels not built here yet (as long as their last
+build here took, else the plan's default) and checks the others; the base's build compiles
+only the kernels whose sources differ from the head's: none where they are the same (A/A, or a
+change outside ``csrc/``: the estimate), every one where they differ (the upper figure). Every
+invocation then finds its kernels built, and pays pytest's start and collection, which
+``numabench plan`` times as it runs them.
 """
 from __future__ import annotations
 
@@ -25,6 +33,10 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from numabench.plan import KERNEL_BUILD_DEFAULT_S, KERNEL_BUILD_S, KERNEL_CACHED_S, duration
+
+# `numabench build` with every kernel built already: python, torch's import, the checks (11-12 s
+# on the H100 x1 VMs, in each of five A/B runs)
+BUILD_START_S = 11.0
 
 
 def compile_seconds(kernel: str) -> float:
@@ -63,9 +75,11 @@ class ABEstimate:
 
     @property
     def pair_s(self) -> float:
-        """One pair of the rounds mode: each run's fixed cost once (both sides set up together), its
-        steps twice (four times with rewarm: each step after an untimed one; warm-ups counted too)."""
-        return self.invocation_s - self.session_s + self.plan_steps_s * (3 if self.rewarm else 1)
+        """One pair of the rounds mode: each run's fixed cost twice (both sides' set-ups share the
+        CPUs), its steps twice (four times with rewarm: each step after an untimed one; warm-ups
+        counted too)."""
+        fixed = self.invocation_s - self.session_s - self.plan_steps_s
+        return 2 * fixed + self.plan_steps_s * (4 if self.rewarm else 2)
 
     @property
     def measuring_s(self) -> float:
@@ -86,8 +100,8 @@ class ABEstimate:
                   f"of the head's sources)")
         if self.interleave == "rounds":
             then = (f"then one session ({self.session_s:.1f} s pytest start and collection as timed here) of "
-                    f"{self.pairs} pairs x ~{duration(self.pair_s)} (the plan above less its kernel builds, its "
-                    f"{duration(self.plan_steps_s)} of steps twice: both sides' rounds"
+                    f"{self.pairs} pairs x ~{duration(self.pair_s)} (the plan above less its kernel builds twice: "
+                    f"both sides' set-ups; its {duration(self.plan_steps_s)} of steps twice: both sides' rounds"
                     f"{', each after an untimed one' if self.rewarm else ''})")
         else:
             then = (f"then {2 * self.pairs} invocations x ~{duration(self.invocation_s)} (the plan above less its "
@@ -108,6 +122,6 @@ def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[st
     return ABEstimate(
         pairs=pairs, plan_s=float(plan["seconds"]), plan_builds_s=sum(float(b["seconds"]) for b in builds),
         plan_unbuilt=len(builds), session_s=session_s,
-        head_build_s=sum(KERNEL_CACHED_S if done else s for done, s in kernels.values()),
-        base_build_s=len(kernels) * KERNEL_CACHED_S, base_compile_s=sum(s for _, s in kernels.values()),
+        head_build_s=BUILD_START_S + max((s for done, s in kernels.values() if not done), default=0.0),
+        base_build_s=BUILD_START_S, base_compile_s=BUILD_START_S + max((s for _, s in kernels.values()), default=0.0),
         plan_steps_s=float(plan.get("steps_seconds") or 0.0), interleave=interleave, rewarm=rewarm)
