@@ -294,6 +294,12 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     coarsest = parse_threshold(ns.coarsest)
     if coarsest <= 0:
         raise UsageError(f"--coarsest {ns.coarsest}: allowed a percentage > 0, e.g. 10%")
+    def target_resolution(text: str) -> float:
+        value = parse_threshold(text)
+        if value <= 0:
+            raise UsageError(f"--target-resolution {text}: allowed a percentage > 0, e.g. 3%")
+        return value
+
     json_path = Path(ns.json) if ns.json else None
     session_path = Path(ns.session_json) if ns.session_json else None
     for option, path in (("--json", json_path), ("--session-json", session_path)):
@@ -306,7 +312,8 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence, coarsest_pct=coarsest,
                  base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave,
-                 head_axis=ns.head_axis, session_json=session_path)
+                 head_axis=ns.head_axis, session_json=session_path, max_pairs=ns.max_pairs,
+                 target_pct=target_resolution(ns.target_resolution))
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -621,6 +628,12 @@ def build_parser() -> OneLineParser:
                    help="head revision (default: the working tree as it is, uncommitted changes included)")
     p.add_argument("--pairs", type=int, default=5,
                    help="base/head pairs: fresh workers of both sides per pair (default 5)")
+    p.add_argument("--max-pairs", type=int, default=0, metavar="M",
+                   help="rounds mode: a worker run whose first --pairs pairs are too spread for its entries to reach "
+                        "--target-resolution runs as many further pairs as that needs, up to M in all (Stein's "
+                        "two-stage rule; default 0: none)")
+    p.add_argument("--target-resolution", default="3%", metavar="PCT",
+                   help="with --max-pairs: the resolution a worker run's entries are to reach (default 3%%)")
     p.add_argument("--interleave", choices=("rounds", "invocations"), default="rounds",
                    help="rounds (default): one session of the head, every case timed by both sides' workers, "
                         "rounds alternating; invocations: whole pytest invocations of each side in ABBA order "

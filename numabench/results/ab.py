@@ -103,6 +103,8 @@ class ABResult:
     interleave: str = "invocations"  # INTERLEAVE
     when: str = ""  # when the measuring began, UTC ISO 8601 ('' where not recorded)
     timings_s: dict[str, float] = field(default_factory=dict)  # TIMINGS: where the run's time went
+    max_pairs: int = 0  # further pairs allowed where an entry was wider than target_pct (0: none)
+    target_pct: float | None = None
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -135,8 +137,9 @@ def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: in
 
 
 def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float,
-                confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT, fullname: str = "") -> ABRow:
-    j = ab_verdict.judge(base_s, head_s, threshold_pct, confidence, coarsest_pct)
+                confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT, fullname: str = "",
+                first_stage: int | None = None) -> ABRow:
+    j = ab_verdict.judge(base_s, head_s, threshold_pct, confidence, coarsest_pct, first_stage)
     return ABRow(name, list(base_s), list(head_s), j.ratio, j.low, j.high, j.verdict, j.resolution_pct,
                  fullname or name)
 
@@ -285,15 +288,20 @@ def failed_tests(pytest_output: str) -> list[str]:
 def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str, list[dict[str, float]]]:
     """Each side's per-pair medians from a rounds-interleaved session's run: the head's are the
     entry's invocation medians, the base's its ``extra_info["ab_base"]``. An entry without
-    ``pairs`` of each is in only the pairs it has (judge_measured lists it as missing)."""
-    measured: dict[str, list[dict[str, float]]] = {"base": [{} for _ in range(pairs)],
-                                                   "head": [{} for _ in range(pairs)]}
+    ``pairs`` of each is in only the pairs it has (judge_measured lists it as missing); one with
+    more (further pairs of its worker run) is in all of them."""
+    entries = []
     for b in run["benchmarks"]:
-        head = invocation_medians(b)
         base = ((b.get("extra_info") or {}).get(AB_BASE_KEY) or {}).get("invocation_medians_s") or []
         if not all(isinstance(v, (int, float)) and v > 0 for v in base):
             base = []
-        for i in range(min(pairs, len(head), len(base))):  # the pairs it has; judge_measured lists the rest
+        entries.append((b, invocation_medians(b), base))
+    # pairs beyond ``pairs``: a worker run whose entries were still too wide (--numa-ab-max-pairs)
+    most = max([pairs, *(min(len(h), len(b)) for _, h, b in entries)])
+    measured: dict[str, list[dict[str, float]]] = {"base": [{} for _ in range(most)],
+                                                   "head": [{} for _ in range(most)]}
+    for b, head, base in entries:
+        for i in range(min(len(head), len(base))):  # the pairs it has; judge_measured lists the rest
             measured["head"][i][b["fullname"]] = head[i]
             measured["base"][i][b["fullname"]] = float(base[i])
     if not any(measured["head"]):
@@ -338,18 +346,21 @@ def measure(sides: dict[str, Side], pytest_args: Sequence[str], pairs: int, scra
 
 
 def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: float,
-                   confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT) -> tuple[list[ABRow], list[str]]:
-    """The rows of the entries both sides measured in every invocation (pair i: base's i-th and
-    head's i-th), and the full names of those they did not (not judged)."""
+                   confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT,
+                   pairs: int | None = None) -> tuple[list[ABRow], list[str]]:
+    """The rows of the entries both sides measured in each of the first ``pairs`` invocations
+    (pair i: base's i-th and head's i-th; default: every invocation), each judged on every pair
+    it has, and the full names of those they did not (not judged)."""
     rows: list[ABRow] = []
     missing: list[str] = []
+    need = len(measured["base"]) if pairs is None else pairs
     for name in sorted(set().union(*measured["base"], *measured["head"])):
-        b = [m.get(name) for m in measured["base"]]
-        h = [m.get(name) for m in measured["head"]]
-        if any(v is None for v in b + h):
+        both = [(b[name], h[name]) for b, h in zip(measured["base"], measured["head"]) if name in b and name in h]
+        if len(both) < need or any(name not in m for m in (*measured["base"][:need], *measured["head"][:need])):
             missing.append(name)
             continue
-        rows.append(judge_pairs(name.split("::")[-1], b, h, threshold_pct, confidence, coarsest_pct, name))
+        rows.append(judge_pairs(name.split("::")[-1], [b for b, _ in both], [h for _, h in both], threshold_pct,
+                                confidence, coarsest_pct, name, first_stage=need))
     return rows, missing
 
 
@@ -378,7 +389,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            progress: Callable[[str], None] = lambda line: None, invoke_one: InvokeOne = invoke,
            build_side: Callable[[Side], str] = build, interleave: str = "rounds",
            invoke_both: InvokeInterleaved = invoke_interleaved, head_axis: str | None = None,
-           session_json: Path | None = None) -> ABResult:
+           session_json: Path | None = None, max_pairs: int = 0, target_pct: float = 3.0) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -386,7 +397,10 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     whatever happens. ``head_axis`` (``NAME=VALUE``, a knob): the head runs with that value, the
     base at the knob's default, each head entry judged against the base entry of the same case
     without it (an A/B of a setting, e.g. BASE = HEAD's revision); its cases differ between the
-    sides, so it runs whole invocations. ``session_json``: where to keep the rounds mode's session
+    sides, so it runs whole invocations. ``max_pairs`` (rounds mode; 0: none): a worker run whose
+    first ``pairs`` pairs are too spread for its entries to reach a resolution of ``target_pct``
+    runs as many further pairs as that needs, up to ``max_pairs`` in all (Stein's two-stage rule,
+    numabench.results.ab_verdict). ``session_json``: where to keep the rounds mode's session
     (its pytest-benchmark JSON: both sides' medians and each run's costs, for time plans)."""
     if pairs < 2:
         raise UsageError(f"--pairs {pairs}: allowed 2 or more (an interval needs several pairs)")
@@ -394,8 +408,13 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         raise UsageError(f"--confidence {confidence}: allowed a number between 0 and 1, e.g. 0.95")
     if interleave not in INTERLEAVE:
         raise UsageError(f"--interleave {interleave}: allowed {', '.join(INTERLEAVE)}")
+    if max_pairs and (max_pairs < pairs or interleave != "rounds" or head_axis):
+        raise UsageError(f"--max-pairs {max_pairs}: allowed a number >= --pairs ({pairs}), with --interleave=rounds "
+                         "and without --head-axis (further pairs are per worker run of one session)")
     taken = [a for a in pytest_args if a.split("=")[0] in ("--numa-repeats", "--numa-ab-base", "--numa-ab-base-env",
-                                                           "--numa-ab-head-env", "--benchmark-compare")]
+                                                           "--numa-ab-head-env", "--benchmark-compare",
+                                                           "--numa-ab-max-pairs", "--numa-ab-target",
+                                                           "--numa-ab-confidence")]
     if taken:
         raise UsageError(f"pytest argument {taken[0]}: numabench ab sets it (pairs: --pairs; environments: "
                          "--base-env, --head-env); allowed the selection and its options")
@@ -419,7 +438,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             started = time.monotonic()
             if interleave == "rounds":
                 progress(f"{pairs} pairs, rounds alternating between base and head in one session")
-                measured = invoke_both(sides["base"], sides["head"], pytest_args, pairs, tmp / "ab.json")
+                further = [f"--numa-ab-max-pairs={max_pairs}", f"--numa-ab-target={target_pct:g}%",
+                           f"--numa-ab-confidence={confidence:g}"] if max_pairs > pairs else []
+                measured = invoke_both(sides["base"], sides["head"], [*pytest_args, *further], pairs, tmp / "ab.json")
                 if session_json is not None and (tmp / "ab.json").is_file():
                     shutil.copyfile(tmp / "ab.json", session_json)
             else:
@@ -431,7 +452,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence,
                        coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave, when=when,
                        timings_s={k: round(v, 1) for k, v in timings.items()})
-        res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct)
+        res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, pairs)
+        if max_pairs > pairs:
+            res.max_pairs, res.target_pct = max_pairs, target_pct
         res.missing += measured.get("failed", [])
         for line in measured.get("failed", []):
             progress(f"not measured: {line}")

@@ -43,8 +43,11 @@ def _res(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def cells(r: ABRow) -> tuple[str, ...]:
-    return (r.name, f"{r.ratio:.4f}", f"{r.low:.4f}-{r.high:.4f}", _res(r.resolution_pct), r.verdict,
+def cells(r: ABRow, pairs: int | None = None) -> tuple[str, ...]:
+    """A row's cells; its resolution says how many pairs it took where that is not ``pairs``."""
+    res = _res(r.resolution_pct) + (f" ({len(r.base_s)} pairs)" if pairs is not None and len(r.base_s) != pairs
+                                    else "")
+    return (r.name, f"{r.ratio:.4f}", f"{r.low:.4f}-{r.high:.4f}", res, r.verdict,
             f"{statistics.median(r.base_s) * 1e3:.4g}", f"{statistics.median(r.head_s) * 1e3:.4g}")
 
 
@@ -61,7 +64,10 @@ def rule_line(res: ABResult) -> str:
     return (f"{res.pairs} {how}; ratio head/base: geometric mean of the pair ratios, "
             f"{res.confidence:.0%} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
             f"{res.threshold_pct:g}%; unresolved where the interval's relative half-width (the resolution) is "
-            f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured")
+            f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured"
+            + (f"; a worker run whose first pairs were too spread to reach a resolution of {res.target_pct:g}% took "
+               f"further pairs, up to {res.max_pairs} (Stein's two-stage rule: its interval's width from the first "
+               f"{res.pairs})" if res.max_pairs else ""))
 
 
 def summary_lines(res: ABResult) -> list[str]:
@@ -93,15 +99,15 @@ def render_text(res: ABResult) -> str:
     if res.hardware_key:
         lines.append(f"machine: {res.hardware_key}")
     lines += [rule_line(res), ""]
-    lines += format_table(HEADER, [cells(r) for r in sorted_rows(res)])
+    lines += format_table(HEADER, [cells(r, res.pairs) for r in sorted_rows(res)])
     lines.append("")
     lines += summary_lines(res)
     return "\n".join(lines)
 
 
-def _md_table(rows: list[ABRow]) -> list[str]:
+def _md_table(rows: list[ABRow], pairs: int) -> list[str]:
     out = ["| " + " | ".join(HEADER) + " |", "|---|" + "---:|" * 3 + "---|" + "---:|" * 2]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(r)) + " |" for r in rows]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in cells(r, pairs)) + " |" for r in rows]
     return out
 
 
@@ -121,19 +127,19 @@ def render_markdown(res: ABResult) -> str:
                 + (", ..." if len(unresolved) > MARKDOWN_NAMED else "") + "; more pairs narrow their intervals", ""]
     changed = [r for r in sorted_rows(res) if r.verdict != SAME]
     if changed:
-        out += _md_table(changed) + [""]
+        out += _md_table(changed, res.pairs) + [""]
     else:
         out += ["Every entry is the same within its interval.", ""]
     if res.rows:
         out += [f"<details><summary>all {len(res.rows)} entries, slowest first</summary>", ""]
-        out += _md_table(sorted_rows(res)) + ["", "</details>", ""]
+        out += _md_table(sorted_rows(res), res.pairs) + ["", "</details>", ""]
     out += [f"- {line}" for line in summary_lines(res)]
     return "\n".join(out) + "\n"
 
 
 def _describe(r: ABRow, res: ABResult) -> str:
     return (f"{r.name}: head/base {r.ratio:.4f}, {res.confidence:.0%} interval {r.low:.4f}-{r.high:.4f}, "
-            f"resolution {_res(r.resolution_pct)}% ({res.pairs} pairs; base {_side(res.base)}, head {_side(res.head)})")
+            f"resolution {_res(r.resolution_pct)}% ({len(r.base_s)} pairs; base {_side(res.base)}, head {_side(res.head)})")
 
 
 def render_github(res: ABResult) -> str:
@@ -163,9 +169,10 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "order": "ABBA", "interleave": res.interleave, "threshold_pct": res.threshold_pct, "confidence": res.confidence,
         "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "counts": counts(res),
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
-        "timings_s": dict(res.timings_s),
+        "timings_s": dict(res.timings_s), "max_pairs": res.max_pairs, "target_resolution_pct": res.target_pct,
         "entries": [{
-            "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "ratio": r.ratio,
+            "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "pairs": len(r.base_s),
+            "ratio": r.ratio,
             "interval": [r.low, r.high], "resolution_pct": r.resolution_pct,
             "pair_ratios": [h / b for b, h in zip(r.base_s, r.head_s)],
             "base_medians_s": list(r.base_s), "head_medians_s": list(r.head_s),
@@ -198,7 +205,10 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        hardware_key=data.get("hardware_key"),
                        # saved before the rounds mode existed: whole invocations
                        interleave=str(data.get("interleave") or "invocations"),
-                       when=str(data.get("datetime") or ""), timings_s=_timings(data.get("timings_s")))
+                       when=str(data.get("datetime") or ""), timings_s=_timings(data.get("timings_s")),
+                       max_pairs=int(data.get("max_pairs") or 0),
+                       target_pct=None if data.get("target_resolution_pct") is None
+                       else float(data["target_resolution_pct"]))
         for e in data["entries"]:
             low, high = e["interval"]
             numbers = [e["ratio"], low, high, *e["base_medians_s"], *e["head_medians_s"]]
