@@ -31,6 +31,7 @@ from typing import NoReturn, Sequence
 from numabench.errors import NumabenchError, UsageError, WriteError
 from numabench.interrupts import Stopped, put_back, restore_interrupts, stop_on_signals
 from numabench.redact import redact_text
+from numabench.numerals import integer
 from numabench.gate.rule import DEFAULT_COARSEST, DEFAULT_THRESHOLD
 from numabench.gate.table import FORMATS
 
@@ -341,6 +342,10 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     # the A/B's own option: its session has a base, this plan's collection none
     rewarm = pairs is not None and "--numa-ab-no-rewarm" not in args
     args = [a for a in args if not (pairs is not None and a == "--numa-ab-no-rewarm")]
+    most = 0
+    if pairs is not None:  # --numa-ab-max-pairs M: the upper figure, where every worker run takes M pairs
+        args, text = take_option(args, "--numa-ab-max-pairs")
+        most = 0 if text is None else parse_ab_pairs(text, "--numa-ab-max-pairs")
     with tempfile.TemporaryDirectory(prefix="numabench-plan-") as tmp:
         figures = Path(tmp) / "plan.json"
         env = {**os.environ, "NUMABENCH_PLAN_JSON": str(figures)} if pairs else None
@@ -358,18 +363,18 @@ def cmd_plan(ns: argparse.Namespace) -> int:
             from numabench.results.ab_plan import ab_estimate, build_kernels
 
             print(ab_estimate(json.loads(figures.read_text()), pairs, session_s, build_kernels(),
-                              rewarm=rewarm).summary())
+                              rewarm=rewarm, max_pairs=most).summary())
     return 0
 
 
-def parse_ab_pairs(text: str) -> int:
-    """--ab-pairs: an integer >= 2 (an interval needs two pairs)."""
+def parse_ab_pairs(text: str, option: str = "--ab-pairs") -> int:
+    """--ab-pairs (or ``option``): an integer >= 2 (an interval needs two pairs)."""
     try:
-        pairs = int(text)
+        pairs = integer(text)
     except ValueError:
         pairs = 0
     if pairs < 2:
-        raise UsageError(f"--ab-pairs {text}: allowed an integer >= 2 (pairs of invocations of numabench ab)")
+        raise UsageError(f"{option} {text}: allowed an integer >= 2 (pairs of invocations of numabench ab)")
     return pairs
 
 
@@ -682,16 +687,21 @@ def build_parser() -> OneLineParser:
 PLAN_OWN_OPTIONS = ("--list", "--markdown", "--readme")  # numabench plan's own: anything else goes to pytest
 
 
-def take_ab_pairs(argv: list[str]) -> tuple[list[str], str | None]:
-    """``plan``'s ``--ab-pairs N`` / ``--ab-pairs=N`` out of its arguments (the rest go to pytest)."""
+def take_option(argv: list[str], option: str) -> tuple[list[str], str | None]:
+    """``option N`` / ``option=N`` out of ``argv``: (the rest, N or None)."""
     for i, a in enumerate(argv):
-        if a == "--ab-pairs":
+        if a == option:
             if i + 1 >= len(argv):
-                raise UsageError("--ab-pairs needs a value: allowed an integer >= 2")
+                raise UsageError(f"{option} needs a value: allowed an integer >= 2")
             return argv[:i] + argv[i + 2:], argv[i + 1]
-        if a.startswith("--ab-pairs="):
+        if a.startswith(option + "="):
             return argv[:i] + argv[i + 1:], a.split("=", 1)[1]
     return argv, None
+
+
+def take_ab_pairs(argv: list[str]) -> tuple[list[str], str | None]:
+    """``plan``'s ``--ab-pairs N`` / ``--ab-pairs=N`` out of its arguments (the rest go to pytest)."""
+    return take_option(argv, "--ab-pairs")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

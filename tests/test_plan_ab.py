@@ -43,6 +43,9 @@ def test_the_estimate_is_the_arithmetic_of_its_parts():
     rewarmed = ab_estimate(plan, 3, session_s=4.0, kernels=kernels)  # the default: each step after an untimed one
     assert rewarmed.pair_s == pytest.approx(pair + 2 * 20.0)  # every step after an untimed one: steps 4 times
     assert "each after an untimed one" in rewarmed.summary()
+    most = ab_estimate(plan, 3, session_s=4.0, kernels=kernels, max_pairs=8)  # further pairs: the upper figure
+    assert most.seconds_at_most == pytest.approx(rewarmed.seconds + 5 * rewarmed.pair_s)
+    assert "if every worker run took 8 pairs" in most.summary() and "took" not in rewarmed.summary()
     with pytest.raises(ValueError, match="pairs 1"):
         ab_estimate(plan, 1, 4.0, kernels)
 
@@ -85,12 +88,17 @@ def test_numabench_plan_prints_the_ab_estimate(tmp_path):
     assert "both sides' rounds, each after an untimed one)" in ab_line  # the default
 
 
-def test_numabench_plan_takes_the_ab_s_no_rewarm_option(tmp_path):
-    """--numa-ab-no-rewarm is the A/B session's option (it needs a base): the plan counts the steps
-    without the untimed ones and collects without it."""
+def test_numabench_plan_takes_the_ab_session_s_options(tmp_path):
+    """--numa-ab-no-rewarm and --numa-ab-max-pairs are the A/B session's options (they need a base):
+    the plan counts the steps without the untimed ones, gives the upper figure of the further
+    pairs, and collects without them."""
     env = {**os.environ, "NUMABENCH_BUILD_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "benchmarks/test_touch.py",
                           "--numa-policies=default", "--param-sizes=4M", "--numa-ab-no-rewarm"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines()[-1].split("; ~")[0].endswith("twice: both sides' rounds)")
+    out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "benchmarks/test_touch.py",
+                          "--numa-policies=default", "--param-sizes=4M", "--numa-ab-max-pairs", "6"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "if every worker run took 6 pairs" in out.stdout, out.stdout + out.stderr

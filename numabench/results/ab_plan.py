@@ -67,6 +67,7 @@ class ABEstimate:
     plan_steps_s: float = 0.0  # of plan_s, the step requests
     interleave: str = "rounds"  # numabench.results.ab.INTERLEAVE
     rewarm: bool = True  # every timed step after an untimed one (--numa-ab-no-rewarm: not)
+    max_pairs: int = 0  # further pairs up to this where a run's first ones are too spread (0: none)
 
     @property
     def invocation_s(self) -> float:
@@ -92,6 +93,11 @@ class ABEstimate:
         return self.head_build_s + self.base_build_s + self.measuring_s
 
     @property
+    def seconds_at_most(self) -> float:
+        """Every worker run taking ``max_pairs`` pairs (rounds mode): the upper figure."""
+        return self.seconds + max(0, self.max_pairs - self.pairs) * self.pair_s
+
+    @property
     def seconds_if_base_compiles(self) -> float:
         return self.seconds - self.base_build_s + self.base_compile_s
 
@@ -106,13 +112,15 @@ class ABEstimate:
         else:
             then = (f"then {2 * self.pairs} invocations x ~{duration(self.invocation_s)} (the plan above less its "
                     f"kernel builds, + {self.session_s:.1f} s pytest start and collection as timed here)")
+        most = (f"; up to ~{duration(self.seconds_at_most)} if every worker run took {self.max_pairs} pairs"
+                if self.max_pairs > self.pairs and self.interleave == "rounds" else "")
         return (f"numabench plan (A/B, {self.pairs} pairs, {self.interleave} interleaved): "
                 f"~{duration(self.seconds)}: {builds}, {then}; ~{duration(self.seconds_if_base_compiles)} where the "
-                f"base's kernel sources differ (its build ~{duration(self.base_compile_s)})")
+                f"base's kernel sources differ (its build ~{duration(self.base_compile_s)}){most}")
 
 
 def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[str, tuple[bool, float]],
-                interleave: str = "rounds", rewarm: bool = True) -> ABEstimate:
+                interleave: str = "rounds", rewarm: bool = True, max_pairs: int = 0) -> ABEstimate:
     """``plan``: numabench.plan.Plan.to_dict() of one invocation; ``kernels``: build_kernels()."""
     if pairs < 2:
         raise ValueError(f"pairs {pairs}: allowed 2 or more")
@@ -124,4 +132,5 @@ def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[st
         plan_unbuilt=len(builds), session_s=session_s,
         head_build_s=BUILD_START_S + max((s for done, s in kernels.values() if not done), default=0.0),
         base_build_s=BUILD_START_S, base_compile_s=BUILD_START_S + max((s for _, s in kernels.values()), default=0.0),
-        plan_steps_s=float(plan.get("steps_seconds") or 0.0), interleave=interleave, rewarm=rewarm)
+        plan_steps_s=float(plan.get("steps_seconds") or 0.0), interleave=interleave, rewarm=rewarm,
+        max_pairs=max_pairs)
