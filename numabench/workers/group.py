@@ -173,18 +173,23 @@ class WorkerGroup:
         self.doing = f"step {self._steps}"
         return [r["times"] for r in self.request({"op": OP_STEP, **(payload or {})}, timeout_s)]
 
-    def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
-        """Ask politely, then kill each worker's whole process group. Idempotent; safe to
-        call while an exception (an interrupt) is propagating."""
-        if self.closed:
-            return
+    def ask_exit(self) -> None:
+        """Ask every worker to exit, without waiting (close waits): several groups asked first
+        tear down together. Idempotent."""
         for p in self.procs:
-            if p.poll() is None and p.stdin is not None:
+            if p.poll() is None and p.stdin is not None and not p.stdin.closed:
                 try:
                     p.stdin.write(encode({"op": OP_EXIT}))
                     p.stdin.close()
                 except (OSError, ValueError):
                     pass
+
+    def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
+        """Ask politely, then kill each worker's whole process group. Idempotent; safe to
+        call while an exception (an interrupt) is propagating."""
+        if self.closed:
+            return
+        self.ask_exit()
         deadline = time.monotonic() + grace_s
         for p in self.procs:
             try:

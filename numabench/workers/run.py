@@ -193,6 +193,8 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
                         phases[label][k].setdefault(ph, []).append(max(t[ph] for t in times))
         steps_s = time.perf_counter() - t_steps
         t_close = time.perf_counter()
+        for group in groups.values():  # every side's workers tear down at once, not one side after the other
+            group.ask_exit()
         results: dict[str, list[CaseResult]] = {label: [] for label in labels}
         for s in sides:
             for k, variant in enumerate(variants):
