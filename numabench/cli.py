@@ -360,7 +360,7 @@ def cmd_plan(ns: argparse.Namespace) -> int:
             return out.returncode or 1
         print("\n".join(lines))
         if pairs:
-            from numabench.results.ab_plan import ab_estimate, build_kernels
+            from numabench.plan_ab import ab_estimate, build_kernels
 
             print(ab_estimate(json.loads(figures.read_text()), pairs, session_s, build_kernels(),
                               rewarm=rewarm, max_pairs=most).summary())

@@ -90,7 +90,7 @@ class Plan:
     kernels: list[str] = field(default_factory=list)  # every kernel the selected cases need
 
     def to_dict(self) -> dict:
-        """The figures an A/B estimate (numabench.results.ab_plan) builds on."""
+        """The figures an A/B estimate (numabench.plan_ab) builds on."""
         return {"seconds": self.seconds, "steps_seconds": sum(r.steps_s for r in self.runs),
                 "entries": sum(r.entries for r in self.runs), "runs": len(self.runs),
                 "builds": [{"kernel": b.kernel, "seconds": b.seconds, "source": b.source} for b in self.builds],

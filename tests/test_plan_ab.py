@@ -16,7 +16,7 @@ from numabench.cases import Case
 from numabench.families import family
 from numabench.numa.policy import Policy
 from numabench.plan import KERNEL_BUILD_S, KERNEL_CACHED_S, plan_runs
-from numabench.results.ab_plan import BUILD_START_S, ab_estimate
+from numabench.plan_ab import BUILD_START_S, ab_estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 
