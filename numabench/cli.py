@@ -273,7 +273,7 @@ def _compare(ns: argparse.Namespace) -> int:
 
 
 def cmd_ab(ns: argparse.Namespace) -> int:
-    from numabench.gate.rule import parse_threshold
+    from numabench.gate.rule import parse_positive_pct, parse_threshold
     from numabench.results.ab import parse_env, run_ab
     from numabench.results.ab_formats import from_json, render_as, to_json
 
@@ -292,15 +292,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
         return res.exit_code
     if ns.base is None:
         raise UsageError("ab needs BASE (a git revision) or --show FILE (a saved A/B run)")
-    coarsest = parse_threshold(ns.coarsest)
-    if coarsest <= 0:
-        raise UsageError(f"--coarsest {ns.coarsest}: allowed a percentage > 0, e.g. 10%")
-    def target_resolution(text: str) -> float:
-        value = parse_threshold(text)
-        if value <= 0:
-            raise UsageError(f"--target-resolution {text}: allowed a percentage > 0, e.g. 3%")
-        return value
-
+    coarsest = parse_positive_pct(ns.coarsest, "--coarsest", "10%")
     json_path = Path(ns.json) if ns.json else None
     session_path = Path(ns.session_json) if ns.session_json else None
     for option, path in (("--json", json_path), ("--session-json", session_path)):
@@ -314,7 +306,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave,
                  head_axis=ns.head_axis, session_json=session_path, max_pairs=ns.max_pairs,
-                 target_pct=target_resolution(ns.target_resolution))
+                 target_pct=parse_positive_pct(ns.target_resolution, "--target-resolution"))
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):

@@ -78,6 +78,14 @@ def parse_threshold(text: str | float) -> float:
     return value
 
 
+def parse_positive_pct(text: str | float, option: str, example: str = "3%") -> float:
+    """A percentage > 0 for ``option`` ('10%' or '10' -> 10.0); UsageError naming the option."""
+    value = parse_threshold(text)
+    if value <= 0:
+        raise UsageError(f"{option} {text}: allowed a percentage > 0, e.g. {example}")
+    return value
+
+
 def judge(band: Band, value: float, threshold_pct: float) -> str:
     """slower / faster / same for ``value`` against ``band`` with ``threshold_pct`` beyond its edges."""
     t = threshold_pct / 100
