@@ -356,7 +356,7 @@ def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: f
     need = len(measured["base"]) if pairs is None else pairs
     for name in sorted(set().union(*measured["base"], *measured["head"])):
         both = [(b[name], h[name]) for b, h in zip(measured["base"], measured["head"]) if name in b and name in h]
-        if len(both) < need or any(name not in m for m in (*measured["base"][:need], *measured["head"][:need])):
+        if any(name not in m for m in (*measured["base"][:need], *measured["head"][:need])):
             missing.append(name)
             continue
         rows.append(judge_pairs(name.split("::")[-1], [b for b, _ in both], [h for _, h in both], threshold_pct,
