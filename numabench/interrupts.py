@@ -10,8 +10,10 @@ call ``restore_interrupts`` first; processes they start then inherit the default
 """
 from __future__ import annotations
 
+import contextlib
 import signal
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 Handler = Callable[[int, Any], Any] | int | signal.Handlers | None
@@ -38,7 +40,6 @@ def put_back(replaced: dict[signal.Signals, Handler]) -> None:
     signals as it found them)."""
     for sig, previous in replaced.items():
         signal.signal(sig, previous)
-
 
 
 class Stopped(KeyboardInterrupt):
@@ -78,3 +79,35 @@ def stop_on_signals() -> dict[signal.Signals, Handler]:
         if sig == signal.SIGINT or current == signal.SIG_DFL:
             replaced[sig] = signal.signal(sig, handler)
     return replaced
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP wait until the block ends, then reach their handlers.
+
+    Starting a child is not atomic: an interrupt raised inside ``subprocess.Popen`` after the
+    fork loses the child's pid, and whoever would end the child on the way out never learns of
+    it (it runs on, orphaned, past the caller's exit). Around a start, and around recording its
+    result, an interrupt is therefore held and raised once the caller knows the child. Only
+    signals with a Python handler are held (at their default or ignored, nothing changes), and
+    only in the main thread (the only one Python signal handlers run in)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        pending.append(signum)
+
+    held = {}
+    for sig in STOPS:
+        current = signal.getsignal(sig)
+        if callable(current):
+            held[sig] = signal.signal(sig, hold)
+    try:
+        yield
+    finally:
+        for sig, previous in held.items():
+            signal.signal(sig, previous)
+        if pending:  # the first one, as its handler would have seen it (a later one it would ignore)
+            signal.raise_signal(pending[0])

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from numabench.errors import BuildError, UsageError
+from numabench.interrupts import stops_held
 from numabench.kernels import built
 from numabench.kernels.build import BUILDER_ENV, build_root
 from numabench.kernels.builder_tree import builder_preexec, kill_tree
@@ -119,10 +120,11 @@ def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
     started = {}
     try:
         for name in names:
-            started[name] = (time.perf_counter(), subprocess.Popen(
-                [sys.executable, "-c", _END_TREE_ON_TERM + _BUILDERS[name]], stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, env={**os.environ, BUILDER_ENV: "1"},
-                preexec_fn=builder_preexec))
+            with stops_held():  # an interrupt during the start is raised once `started` holds the builder
+                started[name] = (time.perf_counter(), subprocess.Popen(
+                    [sys.executable, "-c", _END_TREE_ON_TERM + _BUILDERS[name]], stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True, env={**os.environ, BUILDER_ENV: "1"},
+                    preexec_fn=builder_preexec))
         for o in _finish(names, started):
             if o.ok and o.name in compiles:
                 built.record_build_seconds(o.name, o.seconds)

@@ -49,6 +49,7 @@ from typing import Callable, Iterator, Sequence
 import psutil
 
 from numabench.errors import UsageError
+from numabench.interrupts import stops_held
 from numabench.kernels.builder_tree import live_descendants
 from numabench.results import storage
 from numabench.gate.rule import SLOWER
@@ -192,16 +193,22 @@ def run_child(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str) -> 
     build its compilers, a session its workers) before SIGKILL, and is waited for: numabench ab
     never returns with a child of its still running (subprocess.run would SIGKILL the child at
     once and, on Ctrl-C, not even wait for it)."""
-    with subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as proc:
-        try:
-            out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
+    proc: subprocess.Popen | None = None
+    try:
+        with stops_held():  # an interrupt while the child starts is raised here, once proc names it
+            proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _stop_child(proc)
+        raise UsageError(f"{what} did not end within {RUN_TIMEOUT_S} s: stopped") from None
+    except BaseException:
+        if proc is not None:
             _stop_child(proc)
-            raise UsageError(f"{what} did not end within {RUN_TIMEOUT_S} s: stopped") from None
-        except BaseException:
-            _stop_child(proc)
-            raise
+        raise
+    finally:
+        for pipe in (proc.stdout, proc.stderr) if proc is not None else ():
+            pipe.close()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 

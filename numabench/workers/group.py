@@ -22,6 +22,7 @@ import time
 from typing import Any, Sequence
 
 from numabench.errors import WorkerError
+from numabench.interrupts import stops_held
 from numabench.toolkit.rank_barrier import SCRATCH_ENV
 from numabench.workers import scratch
 from numabench.workers.protocol import OP_EXIT, OP_SETUP, OP_STEP, decode, encode
@@ -59,8 +60,9 @@ class WorkerGroup:
             for cmd, e in zip(commands, envs):
                 err = tempfile.TemporaryFile()
                 self._stderr.append(err)
-                self.procs.append(subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                   stderr=err, env=e, cwd=cwd, start_new_session=True))
+                with stops_held():  # an interrupt during the start is raised once close() can see the worker
+                    self.procs.append(subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                       stderr=err, env=e, cwd=cwd, start_new_session=True))
                 self._buffers.append(b"")
         except BaseException:
             self.close()
