@@ -132,11 +132,14 @@ def test_a_caller_stopped_mid_compile_leaves_no_compiler_and_no_marker(sig, tmp_
     """A real compile (the stream kernel into a fresh build folder): ninja puts each compiler in a
     process group of its own, so the builder's group alone is not the build. Killing or
     interrupting the process that asked for it ends every compiler at once, and torch's
-    marker (`lock`) is not left in the build folder."""
-    build = tmp_path / "build"
+    marker (`lock`) is not left in the build folder, nor a killed compiler's temporary file
+    (`cc*.s`) in the caller's TMPDIR."""
+    build, scratch = tmp_path / "build", tmp_path / "tmp"
+    scratch.mkdir()
     caller = "from numabench.kernels import prebuild; list(prebuild.build_all(['stream']))"
     proc = start_child([sys.executable, "-c", caller], cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": str(ROOT), "NUMABENCH_BUILD_DIR": str(build)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "NUMABENCH_BUILD_DIR": str(build),
+                            "TMPDIR": str(scratch)})
     try:
         _compiling(proc.pid)
         proc.send_signal(sig)
@@ -148,6 +151,8 @@ def test_a_caller_stopped_mid_compile_leaves_no_compiler_and_no_marker(sig, tmp_
             time.sleep(0.1)
         assert not _in_folder(build), "compilers outlived the process that asked for the build"
         assert not list(build.rglob(TORCH_BATON)), "torch's build marker was left behind"
+        assert not list(scratch.rglob("*")), "temporary files left: " + ", ".join(
+            str(f.relative_to(scratch)) for f in scratch.rglob("*"))
     finally:
         end_child(proc)
         for line in _in_folder(build):  # whatever a failed check left, so that nothing outlives the test

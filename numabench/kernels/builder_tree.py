@@ -10,12 +10,15 @@ and is found by the next walk instead of escaping to init.
 A builder ends its tree itself on SIGTERM (``end_tree_on_term``): from its parent when
 the build is abandoned or timed out, and from the kernel (``PR_SET_PDEATHSIG``) when the
 process that asked for the build dies, SIGKILL included. It then removes torch's build
-marker, which it alone can own while it holds the build lock, and exits.
+marker, which it alone can own while it holds the build lock, and its own temporary folder
+(``BUILDER_TMPDIR_ENV``: a compiler killed mid-compile leaves its ``cc*.s`` there, not in
+/tmp), and exits.
 """
 from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import time
 from typing import Any
@@ -24,6 +27,9 @@ import psutil
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+# The builder's TMPDIR, a folder of its own that its parent made and removes after it; the
+# builder removes it itself when it ends its tree (its parent may be gone by then).
+BUILDER_TMPDIR_ENV = "NUMABENCH_BUILDER_TMPDIR"
 TREE_KILL_TIMEOUT_S = 10.0  # SIGKILLed processes are gone in milliseconds; D state may take longer
 
 
@@ -88,10 +94,12 @@ def _on_term(signum: int, frame: Any) -> None:
     kill_tree(os.getpid())
     from numabench.kernels.build import drop_own_baton
     drop_own_baton()
+    if os.environ.get(BUILDER_TMPDIR_ENV):
+        shutil.rmtree(os.environ[BUILDER_TMPDIR_ENV], ignore_errors=True)
     os._exit(128 + signum)
 
 
 def end_tree_on_term() -> None:
     """The builder's first statement: SIGTERM ends its whole tree, removes its torch marker
-    and exits (code 143)."""
+    and its temporary folder, and exits (code 143)."""
     signal.signal(signal.SIGTERM, _on_term)

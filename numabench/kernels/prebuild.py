@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from numabench.errors import BuildError, UsageError
 from numabench.interrupts import stops_held
 from numabench.kernels import built
 from numabench.kernels.build import BUILDER_ENV, build_root
-from numabench.kernels.builder_tree import builder_preexec, kill_tree
+from numabench.kernels.builder_tree import BUILDER_TMPDIR_ENV, builder_preexec, kill_tree
 
 BUILD_TIMEOUT_S = float(os.environ.get("NUMABENCH_BUILD_TIMEOUT_S") or 900)
 
@@ -118,13 +119,16 @@ def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
     # kernels found unbuilt: a successful build compiled them, and its time is kept for time plans
     compiles = {n for n in names if n in built.MODULES and not built.is_built(n)}
     started = {}
+    tmpdirs: dict[str, str] = {}
     try:
         for name in names:
+            # the compilers' temporary files go to a folder of the builder's, removed with it
+            tmp = tmpdirs[name] = tempfile.mkdtemp(prefix=f"numabench-build-{name}-")
+            env = {**os.environ, BUILDER_ENV: "1", "TMPDIR": tmp, BUILDER_TMPDIR_ENV: tmp}
             with stops_held():  # an interrupt during the start is raised once `started` holds the builder
                 started[name] = (time.perf_counter(), subprocess.Popen(
                     [sys.executable, "-c", _END_TREE_ON_TERM + _BUILDERS[name]], stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT, text=True, env={**os.environ, BUILDER_ENV: "1"},
-                    preexec_fn=builder_preexec))
+                    stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=builder_preexec))
         for o in _finish(names, started):
             if o.ok and o.name in compiles:
                 built.record_build_seconds(o.name, o.seconds)
@@ -133,6 +137,8 @@ def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
         for _, proc in started.values():
             _stop(proc)
             proc.wait()
+        for tmp in tmpdirs.values():
+            shutil.rmtree(tmp, ignore_errors=True)
     if only is None and "cuda_adam" not in names:
         yield Outcome("cuda_adam", True, "skipped: no CUDA GPU or no CUDA toolkit here")
 
