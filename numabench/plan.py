@@ -80,6 +80,7 @@ class RunPlan:
     source: str  # "baseline...", or "model..." (see plan_runs)
     build_s: float = 0.0
     steps_s: float = 0.0  # of ``seconds``, the step requests (the rest: start, set-up, checks, builds)
+    import_left_out_s: float = 0.0  # its workers' recorded import, not in ``seconds`` where they are forked
 
 
 @dataclass
@@ -88,17 +89,20 @@ class Plan:
     baseline: str | None = None
     builds: list[KernelBuild] = field(default_factory=list)  # kernels not built yet, compiled first
     kernels: list[str] = field(default_factory=list)  # every kernel the selected cases need
+    # --numa-forkserver: the fork server's import, once (its workers' imports are left out of the runs)
+    server_s: float = 0.0
 
     def to_dict(self) -> dict:
         """The figures an A/B estimate (numabench.plan_ab) builds on."""
         return {"seconds": self.seconds, "steps_seconds": sum(r.steps_s for r in self.runs),
+                "server_seconds": self.server_s,
                 "entries": sum(r.entries for r in self.runs), "runs": len(self.runs),
                 "builds": [{"kernel": b.kernel, "seconds": b.seconds, "source": b.source} for b in self.builds],
                 "kernels": list(self.kernels), "baseline": self.baseline}
 
     @property
     def seconds(self) -> float:
-        return sum(r.seconds for r in self.runs)
+        return sum(r.seconds for r in self.runs) + self.server_s
 
     def by_family(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -123,6 +127,10 @@ class Plan:
                   if self.baseline else "no baseline for this machine: model estimates")
         if self.baseline and from_baseline < len(runs):
             source += f", {len(runs) - from_baseline} modelled"
+        if self.server_s:
+            left_out = sum(r.import_left_out_s for r in runs)
+            source += (f"; workers forked from a server: {duration(left_out)} of recorded imports left out, "
+                       f"the server's ~{duration(self.server_s)} counted once")
         return (f"numabench plan: {entries} entries in {len(runs)} worker runs"
                 + (f" ({tier} tier)" if tier else "")
                 + f", ~{duration(self.seconds)}" + (f" ({fams}{self.builds_text()})" if fams else "")
@@ -207,12 +215,24 @@ def scaled_baseline_seconds(family: "Family", case: "Case", sizes: Sequence[tupl
     return fixed + scaled_steps, scaled_steps, f"baseline, scaled from {format_size(near.numel)}"
 
 
+def recorded_import_seconds(entries: Sequence[dict]) -> float:
+    """The median import part (``run_fixed_parts_s``) of a run's baseline entries whose workers
+    were exec'd (0 where none recorded it)."""
+    parts = [b["extra_info"]["run_fixed_parts_s"].get("import", 0.0) for b in entries
+             if (b.get("extra_info") or {}).get("run_fixed_parts_s")
+             and not str(b["extra_info"].get("launcher", "")).endswith("(forked)")]
+    return statistics.median(parts) if parts else 0.0
+
+
 def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], baseline: dict | None,
-              baseline_name: str | None, gpus: int, kernels: Iterable[str] | None = None) -> Plan:
+              baseline_name: str | None, gpus: int, kernels: Iterable[str] | None = None,
+              forked: bool = False) -> Plan:
     """``runs``: (run key, family, one of its cases, variants, entries, rounds, warm-up) per worker run.
     ``baseline``: the loaded baseline run of this hardware key (None: model only). ``kernels``:
     those the selected cases need (None: every kernel of the runs' families); one not built yet
-    adds its build to the first run that needs it (Plan.builds says which and how long)."""
+    adds its build to the first run that needs it (Plan.builds says which and how long).
+    ``forked`` (--numa-forkserver): a run timed from the baseline loses its workers' recorded
+    import, and the server's (the largest of those) is counted once; modelled runs keep theirs."""
     from numabench.families.matrix import worker_run_key
     from numabench.families import FAMILIES, family
     from numabench.results.entry import case_of_entry
@@ -244,8 +264,13 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
         if not found:
             found = scaled_baseline_seconds(fam, case, other_sizes.get(worker_run_key(
                 dataclasses.replace(case, numel=0), fam), []), by_run, variants * (warmup + rounds), variants)
+        left_out = 0.0
         if found:
             seconds, steps_s, source = found
+            if forked:
+                left_out = recorded_import_seconds(by_run.get(key, []))
+                seconds -= left_out
+                plan.server_s = max(plan.server_s, left_out)
         else:
             seconds = model_seconds(fam, case, variants, rounds, warmup, gpus, start)
             steps_s = seconds - model_setup_seconds(fam, case, gpus, start)
@@ -261,6 +286,6 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
             else:
                 plan.builds.append(build)
                 build_s += build.seconds
-        plan.runs.append(RunPlan(key, fam.key, entries, seconds + build_s, source, build_s, steps_s))
+        plan.runs.append(RunPlan(key, fam.key, entries, seconds + build_s, source, build_s, steps_s, left_out))
     plan.kernels = sorted(checked)
     return plan

@@ -68,6 +68,7 @@ class ABEstimate:
     interleave: str = "rounds"  # numabench.results.ab.INTERLEAVE
     rewarm: bool = True  # every timed step after an untimed one (--numa-ab-no-rewarm: not)
     max_pairs: int = 0  # further pairs up to this where a run's first ones are too spread (0: none)
+    server_s: float = 0.0  # of plan_s, a fork server's import (--numa-forkserver): once per side, not per pair
 
     @property
     def invocation_s(self) -> float:
@@ -79,13 +80,13 @@ class ABEstimate:
         """One pair of the rounds mode: each run's fixed cost twice (both sides' set-ups share the
         CPUs), its steps twice (four times with rewarm: each step after an untimed one; warm-ups
         counted too)."""
-        fixed = self.invocation_s - self.session_s - self.plan_steps_s
+        fixed = self.invocation_s - self.session_s - self.plan_steps_s - self.server_s
         return 2 * fixed + self.plan_steps_s * (4 if self.rewarm else 2)
 
     @property
     def measuring_s(self) -> float:
         if self.interleave == "rounds":
-            return self.session_s + self.pairs * self.pair_s
+            return self.session_s + 2 * self.server_s + self.pairs * self.pair_s
         return 2 * self.pairs * self.invocation_s
 
     @property
@@ -133,4 +134,4 @@ def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[st
         head_build_s=BUILD_START_S + max((s for done, s in kernels.values() if not done), default=0.0),
         base_build_s=BUILD_START_S, base_compile_s=BUILD_START_S + max((s for _, s in kernels.values()), default=0.0),
         plan_steps_s=float(plan.get("steps_seconds") or 0.0), interleave=interleave, rewarm=rewarm,
-        max_pairs=max_pairs)
+        max_pairs=max_pairs, server_s=float(plan.get("server_seconds") or 0.0))

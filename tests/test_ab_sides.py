@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from helpers import fake_caps
@@ -46,20 +47,33 @@ def slow_base(tmp_path: Path) -> Path:
                         f"        time.sleep({SLEEP_S})\n")
 
 
-def test_the_base_side_runs_the_base_checkouts_workers_round_by_round(tmp_path):
+@pytest.mark.parametrize("forked", [False, True], ids=["exec", "forkserver"])
+def test_the_base_side_runs_the_base_checkouts_workers_round_by_round(tmp_path, forked):
+    """Also with --numa-forkserver: each side's workers fork from a server of the side's own code."""
     out = tmp_path / "ab.json"
     proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={slow_base(tmp_path)}",
-                           "--numa-ab-head-env=NUMABENCH_INJECT_SLOWDOWN=1.01", f"--benchmark-json={out}"],
+                           "--numa-ab-head-env=NUMABENCH_INJECT_SLOWDOWN=1.01", f"--benchmark-json={out}",
+                           *(["--numa-forkserver"] if forked else [])],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (entry,) = json.loads(out.read_text())["benchmarks"]
     extra = entry["extra_info"]
+    assert extra["launcher"].endswith(" (forked)") == forked
+    left = [p.pid for p in psutil.process_iter() if _cwd_under(p, tmp_path)]
+    assert not left, f"processes of the base checkout left running: {left}"
     head, base = extra["invocation_medians_s"], extra["ab_base"]["invocation_medians_s"]
     assert len(head) == len(base) == 2  # one pair per invocation
     assert all(b - h > SLEEP_S / 2 for b, h in zip(base, head)), (head, base)
     assert all(h < SLEEP_S / 2 for h in head)
     assert extra["rounds"] == 6 and extra["injected_slowdown"] == 1.01  # the head's rounds are the entry
     assert extra["ab_base"]["injected_slowdown"] == 1.0  # the head's variable never reached the base
+
+
+def _cwd_under(proc: psutil.Process, folder: Path) -> bool:
+    try:
+        return Path(proc.cwd()).is_relative_to(folder)
+    except psutil.Error:
+        return False
 
 
 def counting_base(tmp_path: Path, count_file: Path) -> Path:

@@ -50,6 +50,13 @@ def test_the_estimate_is_the_arithmetic_of_its_parts():
         ab_estimate(plan, 1, 4.0, kernels)
 
 
+def test_a_forked_estimate_counts_each_sides_server_once_not_per_pair():
+    plan = {"seconds": 103.0, "builds": [], "kernels": [], "steps_seconds": 20.0, "server_seconds": 3.0}
+    est = ab_estimate(plan, 4, session_s=4.0, kernels={}, rewarm=False)
+    assert est.pair_s == pytest.approx(2 * (103.0 - 3.0 - 20.0) + 2 * 20.0)
+    assert est.measuring_s == pytest.approx(4.0 + 2 * 3.0 + 4 * est.pair_s)
+
+
 def test_the_plan_records_the_kernels_the_selection_needs(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMABENCH_BUILD_DIR", str(tmp_path))
     fam = family("cpu_adam")

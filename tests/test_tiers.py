@@ -128,3 +128,29 @@ def test_plan_from_a_baseline_uses_its_recorded_costs():
     assert run.source == "model, start-up from the baseline"
     modelled = plan_runs([(worker_run_key(other, fam), fam, other, 1, 1, 10, 3)], None, None, 0).runs[0]
     assert run.seconds < modelled.seconds  # 2.0 s recorded start-up, not the model's 4 s
+
+
+def test_a_forked_plan_leaves_the_recorded_imports_out_and_counts_the_servers_once():
+    fam = family("touch")
+    t, caps = topo("vm-1node"), fake_caps()
+    from numabench.families.matrix import case_matrix, worker_run_key
+
+    cases = case_matrix(fam, t, caps, sizes=(1 << 20, 1 << 22), policies=selection("smoke", fam, t, caps).policies)
+    runs, entries = [], []
+    for (case, _), imp in zip(cases, (1.5, 1.25)):
+        runs.append((worker_run_key(case, fam), fam, case, 1, 1, 10, 3))
+        entries.append({"name": "test_touch[write-" + case.id + "]", "stats": {"median": 0.001},
+                        "extra_info": {"family": "touch", "phase": "write", "nprocess": 1, "numel": case.numel,
+                                       "policy": "default", "dtype": "fp32", "run_fixed_s": 2.0,
+                                       "run_step_wall_s": 0.01, "launcher": "none",
+                                       "run_fixed_parts_s": {"import": imp, "setup": 0.2}}})
+    execd = plan_runs(runs, {"benchmarks": entries}, "0001_x.json", 0)
+    forked = plan_runs(runs, {"benchmarks": entries}, "0001_x.json", 0, forked=True)
+    assert [r.seconds for r in forked.runs] == pytest.approx([r.seconds - i for r, i in zip(execd.runs, (1.5, 1.25))])
+    assert forked.server_s == 1.5 and forked.seconds == pytest.approx(execd.seconds - 2.75 + 1.5)
+    assert forked.to_dict()["server_seconds"] == 1.5 and execd.to_dict()["server_seconds"] == 0.0
+    assert "workers forked from a server: 3 s of recorded imports left out" in forked.summary()
+    # a baseline run that was forked itself has no import of its own to leave out
+    forked_entries = [{**e, "extra_info": {**e["extra_info"], "launcher": "none (forked)"}} for e in entries]
+    again = plan_runs(runs, {"benchmarks": forked_entries}, "0001_x.json", 0, forked=True)
+    assert [r.seconds for r in again.runs] == pytest.approx([r.seconds for r in execd.runs])

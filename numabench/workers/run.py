@@ -96,7 +96,8 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         from numabench.kernels.prebuild import ensure_built
         ensure_built(kernels)
     misplace = faultlib.parent_fault("misplace")  # also checks NUMABENCH_FAULT before any worker starts
-    commands, rank_specs, resolved = [], [], []
+    commands: dict[str, list[list[str]]] = {s.label: [] for s in sides}
+    rank_specs, resolved = [], []
     how = "none"
     # once per run: every rank must get the same values (e.g. the process group's rendezvous port)
     extra = {**(family.spec_extra(case) if family.spec_extra else {}), **(spec_extra or {})}
@@ -110,14 +111,15 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         policy = case.policy.resolve(topology, r.own_node)
         resolved.append(policy)
         places.append(place.resolve(topology, r.own_node) if place is not None else None)
-        argv = [sys.executable, "-m", "numabench.workers.main", family.key]
-        if policy.kind == "default" and r.cpu_node is None and not r.cpus:
-            cmd, how_r = argv, "none"
-        else:
-            cmd, how_r = build_command(argv, policy, topology, caps, cpu_node=r.cpu_node, launcher=launcher,
-                                       cpus=r.cpus)
+        for s in sides:
+            argv = worker_argv(s, family.key)
+            if policy.kind == "default" and r.cpu_node is None and not r.cpus:
+                cmd, how_r = argv, "none"
+            else:
+                cmd, how_r = build_command(argv, policy, topology, caps, cpu_node=r.cpu_node, launcher=launcher,
+                                           cpus=r.cpus)
+            commands[s.label].append(cmd)
         how = how_r if how in ("none", how_r) else "mixed"
-        commands.append(cmd)
         rank_specs.append(dict(
             rank=r.index, nprocess=case.nprocess, gpu=r.gpu, **family.spec_size(case.numel_per_rank), dtype=case.dtype,
             policy=policy, place=places[-1], cpu_node=r.cpu_node, variants=tuple(dict(v) for v in variants),
@@ -133,7 +135,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
     labels = [s.label for s in sides]
     t0 = time.perf_counter()
     with weights, contextlib.ExitStack() as stack:
-        groups = {s.label: stack.enter_context(WorkerGroup(commands, s.environment(), timeout_s=timeout_s,
+        groups = {s.label: stack.enter_context(WorkerGroup(commands[s.label], s.environment(), timeout_s=timeout_s,
                                                            cwd=s.cwd)) for s in sides}
         dones: dict[str, list[SetupDone]] = {}
         for s in sides:
@@ -203,7 +205,8 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
                     phases=phases[s.label][k], per_rank=per_rank[s.label][k],
                     setup_info=[d.info for d in dones[s.label]], affinity=[d.affinity for d in dones[s.label]],
                     node_memory=[d.node_memory for d in dones[s.label]],
-                    placement=placements[s.label], launcher=how, commands=commands, slowdown=slowdowns[s.label],
+                    placement=placements[s.label], launcher=how + (" (forked)" if s.fork_socket else ""),
+                    commands=commands[s.label], slowdown=slowdowns[s.label],
                     extra=place_note(case, topology)))
     # The run's cost, for time plans: fixed (start, set-up, checks, teardown) and per step request
     t_end = time.perf_counter()
@@ -216,6 +219,15 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
             r.fixed_s, r.step_wall_s = fixed_s, steps_s / max(1, steps)
             r.fixed_parts_s = parts
     return results
+
+
+def worker_argv(side: WorkerSide, family_key: str) -> list[str]:
+    """What the launcher starts for one of ``side``'s workers: the worker itself, or the stand-in
+    that its fork server turns into one (numabench.workers.fork_servers)."""
+    if side.fork_socket:
+        from numabench.workers.fork_servers import client_argv
+        return client_argv(side.fork_socket, family_key)
+    return [sys.executable, "-m", "numabench.workers.main", family_key]
 
 
 def _side_call(side: WorkerSide, sides: Sequence[WorkerSide], fn: Any, *args: Any) -> Any:

@@ -23,6 +23,8 @@ class WorkerSide:
     label: str  # "head", "base", or THIS_CHECKOUT
     path: Path | None = None  # the checkout its workers import; None: this one
     env: Mapping[str, str] = field(default_factory=dict)
+    # its fork server's socket (numabench.workers.fork_servers): workers forked from it; None: exec'd
+    fork_socket: str | None = None
 
     def environment(self) -> dict[str, str]:
         """The workers' environment: this checkout's worker_env, the side's checkout first on
