@@ -7,6 +7,9 @@ workers together and steps each side's rounds in turn, each timed step after an 
     head's build + base's build + pytest's start and collection
         + pairs x (2 x the plan less its kernel builds and its steps + 4 x its steps)
 
+With ``--numa-forkserver`` the plan's runs hold no worker imports and each side's server
+imports once, before the first pair (``server_s``, counted twice, not per pair).
+
 Both sides' set-ups count in full although they run at once: they share the CPUs (imports,
 torch's start, correctness checks, filling the state). Measured on H100 x1 VMs, a pair's fixed
 cost was 1.2-3.4x the plain run's (train_step DDP 19.0 s against 9.5 s; dataloader 7.0 against
