@@ -264,3 +264,17 @@ def _alive(p: psutil.Process) -> bool:
         return p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def test_a_forked_worker_takes_its_own_tmpdir_not_the_servers(side, servers, tmp_path):
+    """The server's imports may have asked tempfile for its folder (it keeps the answer): the
+    worker's temporary files still go to its own TMPDIR (a worker group's scratch folder)."""
+    main = side.path / "numabench" / "workers" / "main.py"
+    main.write_text("import tempfile\ntempfile.gettempdir()\n" + main.read_text().replace(
+        '"env": os.environ.get("FORK_TEST_VAR"),', '"env": __import__("tempfile").gettempdir(),'))
+    served = servers.attach(side)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc, seen = start_worker(served, env={**served.environment(), "TMPDIR": str(scratch)})
+    assert seen["env"] == str(scratch)
+    assert finish(proc, "exit 0") == 0

@@ -130,6 +130,8 @@ def _become_worker(request: dict[str, Any], fds: list[int], keep: list[Any], mem
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    if "tempfile" in sys.modules:  # its folder is read once and kept: the worker's TMPDIR is its group's scratch
+        sys.modules["tempfile"].tempdir = None
     sys.argv = [worker_main.__file__, *request["argv"]]
     try:
         return int(worker_main.main() or 0)

@@ -251,6 +251,18 @@ def check_pytest_weighted() -> dict:
     return _pytest(["benchmarks", "--numa-tier=full", "-k", "touch and weighted", *ROUNDS], "pytest-weighted")
 
 
+def check_pytest_forked() -> dict:
+    """Workers forked from a fork server (--numa-forkserver) under every touch policy of three
+    nodes: the policy numactl or the built-in launcher gave the stand-in is the one the worker's
+    pages land by (each case's placement check). The server imports torch once (slow under TCG)."""
+    runs = Path("/tmp") / "guest-pytest-forked.json"
+    out = _pytest(["benchmarks", "--numa-tier=full", "-k", "touch", "--numa-forkserver", *ROUNDS,
+                   f"--benchmark-json={runs}"], "pytest-forked")
+    entries = json.loads(runs.read_text())["benchmarks"] if runs.exists() else []
+    out["launchers"] = {e["extra_info"]["policy"]: e["extra_info"]["launcher"] for e in entries}
+    return out
+
+
 def check_pytest_all() -> dict:
     return _pytest(["benchmarks", "--numa-tier=full", "-k", "touch", *ROUNDS], "pytest-all")
 
@@ -412,6 +424,7 @@ CHECKS = {
     "weights": check_weights,
     "pytest-weighted": check_pytest_weighted,
     "pytest-all": check_pytest_all,
+    "pytest-forked": check_pytest_forked,
 }
 
 

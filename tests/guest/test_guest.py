@@ -106,6 +106,11 @@ def guest612_place() -> dict:
 
 
 @pytest.fixture(scope="module")
+def guest612_forked() -> dict:
+    return guest_checks("6.12", "pytest-forked")
+
+
+@pytest.fixture(scope="module")
 def guest61() -> dict:
     return guest_checks("6.1", "topo", "pytest-all")
 
@@ -207,6 +212,20 @@ def test_benchmarks_weighted_run_612(guest612):
     assert not bad, f"{bad}\n{r['stdout_tail']}\n{r['stderr_tail']}"
     assert r["rc"] == 0, r["stdout_tail"]
     assert " passed" in r["stdout_tail"] and " skipped" not in r["stdout_tail"], r["stdout_tail"]
+
+
+def test_forked_workers_land_their_pages_by_every_policy_612(guest612_forked):
+    """--numa-forkserver on three nodes (one CPU-less): every touch policy of the full tier, each
+    case's placement check passing with workers forked from the server, numactl 2.0.19 starting
+    their stand-ins (weighted included)."""
+    r = guest612_forked["pytest-forked"]
+    bad = [t for t in r["tests"] if t["outcome"] != "passed"]
+    assert len(r["tests"]) >= 14 and not bad, f"{bad}\n{r['stdout_tail']}\n{r['stderr_tail']}"
+    assert r["rc"] == 0, r["stdout_tail"]
+    launchers = r["launchers"]
+    assert {"bind:2", "preferred-many:0,2", "interleave:all", "weighted:0=1,2=3"} <= set(launchers), launchers
+    assert all(how.endswith("(forked)") for how in launchers.values()), launchers
+    assert launchers["bind:2"] == "numactl (forked)", launchers
 
 
 # -- e. on 6.1 weighted cases skip, naming the kernel; the rest run -------------------------
