@@ -278,3 +278,12 @@ def test_a_forked_worker_takes_its_own_tmpdir_not_the_servers(side, servers, tmp
     proc, seen = start_worker(served, env={**served.environment(), "TMPDIR": str(scratch)})
     assert seen["env"] == str(scratch)
     assert finish(proc, "exit 0") == 0
+
+
+def test_a_side_whose_import_starts_cuda_is_refused(side, servers):
+    """A fork of a process that started CUDA cannot use it: such a side is an error at its start."""
+    main = side.path / "numabench" / "workers" / "main.py"
+    main.write_text("import torch\ntorch.cuda._initialized = True  # as a CUDA call at import would\n"
+                    + main.read_text())
+    with pytest.raises(WorkerError, match="CUDA was initialised while the worker code was imported"):
+        servers.attach(side)

@@ -143,10 +143,13 @@ def serve(sock_path: str) -> int:
     _die_with_parent()
     mempolicy = _mempolicy()
     started = time.perf_counter()
-    import torch  # noqa: F401  (what every worker would import first)
+    import torch  # what every worker would import first (not CUDA: that is started in each worker)
 
     import numabench.workers.main as worker_main
     preload_s = time.perf_counter() - started
+    if torch.cuda.is_initialized():  # a fork of it could not use CUDA ("Cannot re-initialize CUDA")
+        raise RuntimeError("CUDA was initialised while the worker code was imported: its workers cannot be "
+                           "forked; run without --numa-forkserver")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address(sock_path))
     listener.listen(64)
