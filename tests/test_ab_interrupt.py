@@ -117,3 +117,29 @@ def test_an_interrupted_childs_own_children_are_waited_for(tmp_path):
              "time.sleep(60)\n")
     interrupt_run_child_once_ready(child, ready, tmp_path)
     assert ended.read_text() == "ended"  # the grandchild ended its work before run_child returned
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs a git checkout")
+def test_an_interrupt_as_a_worktree_is_added_leaves_no_worktree(tmp_path, monkeypatch):
+    """Ctrl-C landing in `git worktree add` (the add done, or cut short): the worktree is removed
+    all the same, with the others."""
+    from numabench.results import ab
+
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True, capture_output=True)
+    real = ab._git
+
+    def interrupted_add(where: Path, *args: str) -> str:
+        out = real(where, *args)
+        if args[:2] == ("worktree", "add") and Path(args[-2]).name == "head":
+            raise KeyboardInterrupt  # the signal, as git's add had just finished
+        return out
+
+    monkeypatch.setattr(ab, "_git", interrupted_add)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        with ab.checkouts(repo, "HEAD", "HEAD", scratch):
+            pass
+    assert worktrees(repo) == [f"worktree {repo}"]
+    assert not list(scratch.iterdir())

@@ -168,14 +168,15 @@ def checkouts(repo: Path, base: str, head: str | None, tmp: Path) -> Iterator[tu
                 continue
             commit = _git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}")
             path = tmp / label
+            made.append(path)  # before the add: an add cut short by an interrupt leaves a worktree to remove
             _git(repo, "worktree", "add", "--detach", str(path), commit)
-            made.append(path)
             paths.append((path, commit))
         yield paths[0][0], paths[0][1], paths[1][0], paths[1][1]
     finally:
         for path in made:
             subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(path)],
                            capture_output=True)
+            shutil.rmtree(path, ignore_errors=True)  # what a half-made worktree's remove did not take
         if made:
             subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
 
