@@ -15,7 +15,7 @@ policy applies to every page the worker touches after the fork, as it would afte
 The pages the server touched before (its imports) stay where they are, shared.
 
 What exec would have varied and a fork would not is varied here: each worker reserves a
-random number of pages first, so its buffers' addresses differ from worker to worker as
+random number of pages first (up to 1 GiB of address space, nothing backed), so its buffers' addresses differ from worker to worker as
 they would under address-space randomisation (a layout that happened to suit one side
 would otherwise suit it in every pair).
 
@@ -52,7 +52,9 @@ MAX_FDS = 3  # the worker's stdin, stdout, stderr
 MAX_REQUEST = 1 << 20  # a request is the client's environment and a few fields
 PAGE = mmap.PAGESIZE
 PROT_NONE = 0  # not in the mmap module: reserved address space, never touched
-SHIFT_PAGES = 512  # up to 2 MiB of random offset: huge-page alignment varies as under ASLR
+# Up to 1 GiB of address space (reserved, never backed): where the kernel aligns big anonymous
+# mappings to 2 MiB, a shift below 2 MiB would vanish; 512 huge-page slots and the page offset vary.
+SHIFT_PAGES = (1 << 30) // PAGE
 
 
 def _mempolicy() -> Any:
