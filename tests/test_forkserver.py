@@ -289,3 +289,34 @@ def test_a_side_whose_import_starts_cuda_is_refused(side, servers):
                     + main.read_text())
     with pytest.raises(WorkerError, match="CUDA was initialised while the worker code was imported"):
         servers.attach(side)
+
+
+def test_a_failed_fork_fails_that_request_only(monkeypatch, tmp_path):
+    """fork(2) refused (no memory, no pid left): the client is told, the streams it passed are
+    closed, and the server keeps no record of a worker (it serves on)."""
+    import errno
+    import selectors
+
+    from numabench.workers import forkserver
+
+    def no_fork() -> int:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(forkserver.os, "fork", no_fork)
+    client, server_end = socket.socketpair()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    streams = [os.open(os.devnull, os.O_RDWR) for _ in range(3)]
+    body = json.dumps({"argv": ["touch"], "mode": 0, "nodes": [], "cpus": [0], "cwd": str(tmp_path), "env": {}})
+    socket.send_fds(client, [b"%08d" % len(body) + body.encode()], streams)
+    workers: dict = {}
+    with selectors.DefaultSelector() as sel:
+        forkserver._start(server_end, listener, sel, workers, None, None)
+        assert not sel.get_map()
+    answer = json.loads(client.makefile("rb").readline())
+    assert answer == {"error": "fork failed: [Errno 11] Resource temporarily unavailable"}
+    assert workers == {}
+    assert server_end.fileno() == -1  # its connection closed
+    for fd in streams:
+        os.close(fd)
+    client.close()
+    listener.close()

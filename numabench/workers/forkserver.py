@@ -174,6 +174,8 @@ def serve(sock_path: str) -> int:
                     if not os.read(sys.stdin.fileno(), 4096):
                         stopping.append(True)
                 elif what == "client":  # the client went (or wrote, which it never does): its worker goes
+                    if pid not in workers:  # its worker's exit, in the same batch, closed the connection
+                        continue
                     conn = key.fileobj
                     try:
                         gone = not conn.recv(1)
@@ -233,9 +235,16 @@ def _start(conn: socket.socket, listener: socket.socket, sel: selectors.BaseSele
         return
     keep = [listener, conn] + [k.fileobj for k in sel.get_map().values()
                                if k.fileobj is not listener and k.data[0] in ("client", "exited")]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch's idle helper thread: it holds no lock we need
-        pid = os.fork()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch's idle helper thread: it holds no lock we need
+            pid = os.fork()
+    except OSError as e:  # no memory or no pid left: this worker fails, the server serves on
+        for fd in fds:
+            os.close(fd)
+        _send(conn, {"error": f"fork failed: {e}"})
+        conn.close()
+        return
     if pid == 0:
         code = 1
         try:
