@@ -40,7 +40,6 @@ class _Server:
     proc: subprocess.Popen
     socket_name: str
     stderr: tempfile._TemporaryFileWrapper
-    preload_s: float
 
 
 class ForkServers:
@@ -57,17 +56,13 @@ class ForkServers:
             server = self._servers[side.label] = self._start(side)
         return dataclasses.replace(side, fork_socket=server.socket_name)
 
-    def preload_s(self) -> dict[str, float]:
-        """Each server's import time (what each of its workers no longer spends)."""
-        return {label: s.preload_s for label, s in self._servers.items()}
-
     def _start(self, side: WorkerSide) -> _Server:
         name = f"@numabench-fork-{os.getpid()}-{side.label}-{os.urandom(4).hex()}"
         err = tempfile.TemporaryFile()
         with stops_held():  # an interrupt during the start is raised once close() can see the server
             proc = subprocess.Popen([sys.executable, SERVER, name], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=err, cwd=side.cwd, env=side.environment(), start_new_session=True)
-            server = _Server(proc, name, err, 0.0)
+            server = _Server(proc, name, err)
             self._servers[side.label] = server
         ready = _first_line(proc, START_TIMEOUT_S)
         try:
@@ -81,7 +76,6 @@ class ForkServers:
             self._servers.pop(side.label, None)
             why = msg.get("error") or (f"no answer within {START_TIMEOUT_S:g} s" if ready is None else "exited")
             raise WorkerError(f"{side.describe()}: its fork server did not start ({why}){': ' + tail if tail else ''}")
-        server.preload_s = float(msg.get("preload_s", 0.0))
         return server
 
     def close(self) -> None:

@@ -8,12 +8,11 @@ SIGTERM, SIGINT and SIGHUP on to the worker's process group, and exits with the 
 exit status (a worker killed by a signal: that signal, here too). Killed itself (SIGKILL by a
 worker group), its connection closes and the server kills the worker.
 
-It starts in tens of milliseconds: the standard library only, and the harness's memory-policy
-module loaded by path.
+It starts in tens of milliseconds: the standard library and the harness's (torch-free)
+memory-policy module only.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -23,17 +22,13 @@ from pathlib import Path
 from typing import Any
 
 
-def _mempolicy() -> Any:
-    path = Path(__file__).resolve().parents[1] / "numa" / "mempolicy.py"
-    spec = importlib.util.spec_from_file_location("_numabench_harness_mempolicy", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def request(argv: list[str]) -> bytes:
     """This process's policy, CPUs, folder and environment, for the worker."""
-    mode, nodes = _mempolicy().get_mempolicy()
+    # the harness's package (this file's): the stand-in runs none of the side's code
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from numabench.numa.mempolicy import get_mempolicy
+
+    mode, nodes = get_mempolicy()
     body = json.dumps({"argv": argv, "mode": mode, "nodes": list(nodes), "cpus": sorted(os.sched_getaffinity(0)),
                        "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
     return b"%08d" % len(body) + body

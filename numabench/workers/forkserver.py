@@ -125,7 +125,7 @@ def _become_worker(request: dict[str, Any], fds: list[int], keep: list[Any], mem
         mempolicy.set_mempolicy(request["mode"], request["nodes"])
     # address-space randomisation, redone: every later mapping lands a random number of pages lower
     shift = random.randrange(SHIFT_PAGES) * PAGE
-    reserved = mmap.mmap(-1, shift + PAGE, flags=mmap.MAP_PRIVATE, prot=PROT_NONE)  # kept till the worker exits
+    reserved = mmap.mmap(-1, shift + PAGE, flags=mmap.MAP_PRIVATE, prot=PROT_NONE)  # noqa: F841 (held till exit)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -135,10 +135,7 @@ def _become_worker(request: dict[str, Any], fds: list[int], keep: list[Any], mem
     if "tempfile" in sys.modules:  # its folder is read once and kept: the worker's TMPDIR is its group's scratch
         sys.modules["tempfile"].tempdir = None
     sys.argv = [worker_main.__file__, *request["argv"]]
-    try:
-        return int(worker_main.main() or 0)
-    finally:
-        reserved.close()
+    return int(worker_main.main() or 0)
 
 
 def serve(sock_path: str) -> int:
@@ -190,7 +187,7 @@ def serve(sock_path: str) -> int:
                     sel.unregister(pidfd)
                     os.close(pidfd)
                     _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
-                    if conn.fileno() != -1 and _registered(sel, conn):
+                    if _registered(sel, conn):  # not where its client went first
                         sel.unregister(conn)
                     conn.close()
     finally:
@@ -233,8 +230,7 @@ def _start(conn: socket.socket, listener: socket.socket, sel: selectors.BaseSele
         _send(conn, {"error": f"bad request: {e}"})
         conn.close()
         return
-    keep = [listener, conn] + [k.fileobj for k in sel.get_map().values()
-                               if k.fileobj is not listener and k.data[0] in ("client", "exited")]
+    keep = [listener, conn] + [k.fileobj for k in sel.get_map().values() if k.data[0] in ("client", "exited")]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # torch's idle helper thread: it holds no lock we need
