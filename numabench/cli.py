@@ -306,7 +306,8 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave,
                  head_axis=ns.head_axis, session_json=session_path, max_pairs=ns.max_pairs,
-                 target_pct=parse_positive_pct(ns.target_resolution, "--target-resolution"))
+                 target_pct=parse_positive_pct(ns.target_resolution, "--target-resolution"),
+                 confirm_pairs=confirm_pairs(ns), workers=ns.workers)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -318,6 +319,14 @@ def cmd_ab(ns: argparse.Namespace) -> int:
             raise UsageError(f"--json {ns.json}: {e.strerror}") from None
     sys.stdout.write(render_as(res, ns.format))
     return res.exit_code
+
+
+def confirm_pairs(ns: argparse.Namespace) -> int:
+    """numabench ab's confirming pairs: --confirm-pairs, by default as many as --pairs in the rounds
+    mode (the invocations mode and --head-axis have none)."""
+    if ns.confirm_pairs is not None:
+        return ns.confirm_pairs
+    return ns.pairs if ns.interleave == "rounds" and not ns.head_axis else 0
 
 
 def cmd_plan(ns: argparse.Namespace) -> int:
@@ -631,6 +640,13 @@ def build_parser() -> OneLineParser:
                         "two-stage rule; default 0: none)")
     p.add_argument("--target-resolution", default="3%", metavar="PCT",
                    help="with --max-pairs: the resolution a worker run's entries are to reach (default 3%%)")
+    p.add_argument("--confirm-pairs", type=int, default=None, metavar="N",
+                   help="rounds mode: a worker run whose pairs judge an entry slower or faster runs N further pairs "
+                        "of fresh workers, and its entries are judged on all of them (default: as many as --pairs; "
+                        "0: none)")
+    p.add_argument("--workers", choices=("forked", "exec"), default="forked",
+                   help="rounds mode: each side's workers forked from a server that imported the side's code once "
+                        "(default), or each started as a fresh interpreter (exec)")
     p.add_argument("--interleave", choices=("rounds", "invocations"), default="rounds",
                    help="rounds (default): one session of the head, every case timed by both sides' workers, "
                         "rounds alternating; invocations: whole pytest invocations of each side in ABBA order "

@@ -86,11 +86,12 @@ def test_run_ab_asks_the_session_for_further_pairs_only_when_allowed(repo):  # n
         return interleaved_medians(_session_run({"x.py::t[a]": [1.5e-3] * 5}, {"x.py::t[a]": [1e-3] * 5}), pairs)
 
     res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "",
-                 invoke_both=invoke_both, max_pairs=8, target_pct=2.0)
+                 invoke_both=invoke_both, max_pairs=8, target_pct=2.0, workers="exec")
     assert seen[-1] == ["benchmarks", "--numa-ab-max-pairs=8", "--numa-ab-target=2%", "--numa-ab-confidence=0.95"]
     assert res.selection == ["benchmarks"] and (res.max_pairs, res.target_pct) == (8, 2.0)
     assert [len(r.base_s) for r in res.rows] == [5] and res.rows[0].verdict == SLOWER
-    run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", invoke_both=invoke_both)
+    run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", invoke_both=invoke_both,
+           workers="exec")
     assert seen[-1] == ["benchmarks"]
     for kwargs, message in (({"max_pairs": 2}, "allowed a number >= --pairs"),
                             ({"max_pairs": 8, "interleave": "invocations"}, "with --interleave=rounds")):

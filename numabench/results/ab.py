@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import psutil
 
@@ -61,6 +61,7 @@ WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
 # where an A/B run's time went, in seconds: each side's build, the measuring, all of it
 TIMINGS = ("build_base", "build_head", "measuring", "total")
 INTERLEAVE = ("rounds", "invocations")  # how base and head take turns (module docstring)
+WORKERS = ("forked", "exec")  # rounds mode: workers forked from a server per side (--numa-forkserver), or exec'd
 AB_BASE_KEY = "ab_base"  # extra_info of an entry of a rounds-interleaved session (fixtures.ab_sides)
 BOOTSTRAP_RESAMPLES = 4000
 RUN_TIMEOUT_S = 3600
@@ -87,6 +88,7 @@ class ABRow:
     verdict: str
     resolution_pct: float | None = None  # the interval's relative half-width (ab_verdict)
     fullname: str = ""
+    confirmation_pairs: int = 0  # of its pairs, the last ones its worker run took to confirm a change (0: none)
 
 
 @dataclass
@@ -106,6 +108,8 @@ class ABResult:
     timings_s: dict[str, float] = field(default_factory=dict)  # TIMINGS: where the run's time went
     max_pairs: int = 0  # further pairs allowed where an entry was wider than target_pct (0: none)
     target_pct: float | None = None
+    confirm_pairs: int = 0  # fresh pairs for a worker run whose first pairs judged an entry changed (0: none)
+    workers: str = "exec"  # WORKERS: how each pair's workers started (forked from a server per side, or exec'd)
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -139,10 +143,13 @@ def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: in
 
 def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float,
                 confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT, fullname: str = "",
-                first_stage: int | None = None) -> ABRow:
-    j = ab_verdict.judge(base_s, head_s, threshold_pct, confidence, coarsest_pct, first_stage)
+                first_stage: int | None = None, confirmation_pairs: int = 0) -> ABRow:
+    """One entry's row. With ``confirmation_pairs`` (its worker run's first pairs judged an entry
+    changed and it ran that many more): judged on all its pairs, their own spread (ab_verdict)."""
+    j = ab_verdict.judge(base_s, head_s, threshold_pct, confidence, coarsest_pct,
+                         None if confirmation_pairs else first_stage)
     return ABRow(name, list(base_s), list(head_s), j.ratio, j.low, j.high, j.verdict, j.resolution_pct,
-                 fullname or name)
+                 fullname or name, confirmation_pairs)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -266,10 +273,10 @@ def invoke(side: Side, pytest_args: Sequence[str], json_path: Path) -> dict[str,
 
 
 def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs: int,
-                       json_path: Path) -> dict[str, list[dict[str, float]]]:
+                       json_path: Path) -> dict[str, Any]:
     """One pytest session of the head timing both sides round by round (fixtures.ab_sides), one
-    pair per invocation: side label -> one {entry: median s} per pair. Each side's environment
-    goes to its own workers only."""
+    pair per invocation: side label -> one {entry: median s} per pair, "failed" -> the tests that
+    failed, "confirming" -> confirming_pairs. Each side's environment goes to its own workers only."""
     cmd = [sys.executable, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "-q",
            f"--numa-repeats={pairs}", f"--numa-ab-base={base.path}",
            *(f"--numa-ab-base-env={k}={v}" for k, v in base.env.items()),
@@ -283,8 +290,10 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
             raise UsageError(f"the head ({head.label}) predates --numa-ab-base, which the rounds mode runs its "
                              "session with: allowed --interleave=invocations for it")
         raise UsageError(f"pytest on {head.label} (with {base.label}'s workers) exited {proc.returncode}: {tail}")
-    measured = interleaved_medians(storage.load_run(json_path), pairs, " ".join(pytest_args))
+    run = storage.load_run(json_path)
+    measured = interleaved_medians(run, pairs, " ".join(pytest_args))
     measured["failed"] = failed_tests(proc.stdout)  # measured by neither side: listed, never left out silently
+    measured["confirming"] = confirming_pairs(run)
     return measured
 
 
@@ -317,7 +326,17 @@ def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str,
     return measured
 
 
-InvokeInterleaved = Callable[[Side, Side, Sequence[str], int, Path], dict[str, list[dict[str, float]]]]
+def confirming_pairs(run: dict) -> dict[str, int]:
+    """Entry full name -> the confirming pairs its worker run took (fixtures.ab_sides), where it took any."""
+    out = {}
+    for b in run["benchmarks"]:
+        n = ((b.get("extra_info") or {}).get(AB_BASE_KEY) or {}).get("confirmation_pairs") or 0
+        if isinstance(n, int) and n > 0:
+            out[b["fullname"]] = n
+    return out
+
+
+InvokeInterleaved = Callable[[Side, Side, Sequence[str], int, Path], dict[str, Any]]
 
 
 def parse_env(items: Sequence[str] | None, option: str) -> dict[str, str]:
@@ -355,10 +374,12 @@ def measure(sides: dict[str, Side], pytest_args: Sequence[str], pairs: int, scra
 
 def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: float,
                    confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT,
-                   pairs: int | None = None) -> tuple[list[ABRow], list[str]]:
+                   pairs: int | None = None,
+                   confirming: Mapping[str, int] | None = None) -> tuple[list[ABRow], list[str]]:
     """The rows of the entries both sides measured in each of the first ``pairs`` invocations
     (pair i: base's i-th and head's i-th; default: every invocation), each judged on every pair
-    it has, and the full names of those they did not (not judged)."""
+    it has, and the full names of those they did not (not judged). ``confirming``: full name ->
+    the confirming pairs among its pairs (confirming_pairs)."""
     rows: list[ABRow] = []
     missing: list[str] = []
     need = len(measured["base"]) if pairs is None else pairs
@@ -368,7 +389,8 @@ def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: f
             missing.append(name)
             continue
         rows.append(judge_pairs(name.split("::")[-1], [b for b, _ in both], [h for _, h in both], threshold_pct,
-                                confidence, coarsest_pct, name, first_stage=need))
+                                confidence, coarsest_pct, name, first_stage=need,
+                                confirmation_pairs=(confirming or {}).get(name, 0)))
     return rows, missing
 
 
@@ -397,7 +419,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            progress: Callable[[str], None] = lambda line: None, invoke_one: InvokeOne = invoke,
            build_side: Callable[[Side], str] = build, interleave: str = "rounds",
            invoke_both: InvokeInterleaved = invoke_interleaved, head_axis: str | None = None,
-           session_json: Path | None = None, max_pairs: int = 0, target_pct: float = 3.0) -> ABResult:
+           session_json: Path | None = None, max_pairs: int = 0, target_pct: float = 3.0,
+           confirm_pairs: int = 0, workers: str = "forked") -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -408,24 +431,36 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     sides, so it runs whole invocations. ``max_pairs`` (rounds mode; 0: none): a worker run whose
     first ``pairs`` pairs are too spread for its entries to reach a resolution of ``target_pct``
     runs as many further pairs as that needs, up to ``max_pairs`` in all (Stein's two-stage rule,
-    numabench.results.ab_verdict). ``session_json``: where to keep the rounds mode's session
-    (its pytest-benchmark JSON: both sides' medians and each run's costs, for time plans)."""
+    numabench.results.ab_verdict). ``confirm_pairs`` (rounds mode; 0: none): a worker run whose
+    pairs judge an entry slower or faster runs that many fresh pairs more, and its entries are
+    judged on all of them. ``workers`` (rounds mode): "forked" from one server per side
+    (``--numa-forkserver``), or "exec" (each a fresh interpreter). ``session_json``: where to keep
+    the rounds mode's session (its pytest-benchmark JSON: both sides' medians and each run's costs,
+    for time plans)."""
     if pairs < 2:
         raise UsageError(f"--pairs {pairs}: allowed 2 or more (an interval needs several pairs)")
     if not 0 < confidence < 1:
         raise UsageError(f"--confidence {confidence}: allowed a number between 0 and 1, e.g. 0.95")
     if interleave not in INTERLEAVE:
         raise UsageError(f"--interleave {interleave}: allowed {', '.join(INTERLEAVE)}")
+    if workers not in WORKERS:
+        raise UsageError(f"--workers {workers}: allowed {', '.join(WORKERS)}")
+    if confirm_pairs and (confirm_pairs < 2 or interleave != "rounds" or head_axis):
+        raise UsageError(f"--confirm-pairs {confirm_pairs}: allowed 0 (none) or a number >= 2, with "
+                         "--interleave=rounds and without --head-axis (confirming pairs are per worker run of one "
+                         "session)")
     if max_pairs and (max_pairs < pairs or interleave != "rounds" or head_axis):
         raise UsageError(f"--max-pairs {max_pairs}: allowed a number >= --pairs ({pairs}), with --interleave=rounds "
                          "and without --head-axis (further pairs are per worker run of one session)")
     taken = [a for a in pytest_args if a.split("=")[0] in ("--numa-repeats", "--numa-ab-base", "--numa-ab-base-env",
                                                            "--numa-ab-head-env", "--benchmark-compare",
                                                            "--numa-ab-max-pairs", "--numa-ab-target",
-                                                           "--numa-ab-confidence")]
+                                                           "--numa-ab-confidence", "--numa-ab-confirm",
+                                                           "--numa-ab-threshold", "--numa-forkserver")]
     if taken:
-        raise UsageError(f"pytest argument {taken[0]}: numabench ab sets it (pairs: --pairs; environments: "
-                         "--base-env, --head-env); allowed the selection and its options")
+        raise UsageError(f"pytest argument {taken[0]}: numabench ab sets it (pairs: --pairs, --max-pairs, "
+                         "--confirm-pairs; environments: --base-env, --head-env; workers: --workers); allowed the "
+                         "selection and its options")
     head_args, head_suffix = head_axis_args(head_axis, pytest_args)
     if head_axis:
         interleave = "invocations"  # the sides run different cases: no round of one matches the other's
@@ -446,8 +481,14 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             started = time.monotonic()
             if interleave == "rounds":
                 progress(f"{pairs} pairs, rounds alternating between base and head in one session")
-                further = [f"--numa-ab-max-pairs={max_pairs}", f"--numa-ab-target={target_pct:g}%",
-                           f"--numa-ab-confidence={confidence:g}"] if max_pairs > pairs else []
+                further = [f"--numa-ab-max-pairs={max_pairs}", f"--numa-ab-target={target_pct:g}%"] \
+                    if max_pairs > pairs else []
+                if confirm_pairs:
+                    further += [f"--numa-ab-confirm={confirm_pairs}", f"--numa-ab-threshold={threshold_pct:g}%"]
+                if further:
+                    further.append(f"--numa-ab-confidence={confidence:g}")
+                if workers == "forked":
+                    further.append("--numa-forkserver")
                 measured = invoke_both(sides["base"], sides["head"], [*pytest_args, *further], pairs, tmp / "ab.json")
                 if session_json is not None and (tmp / "ab.json").is_file():
                     shutil.copyfile(tmp / "ab.json", session_json)
@@ -460,9 +501,12 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence,
                        coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave, when=when,
                        timings_s={k: round(v, 1) for k, v in timings.items()})
-        res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, pairs)
+        res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, pairs,
+                                               measured.get("confirming"))
         if max_pairs > pairs:
             res.max_pairs, res.target_pct = max_pairs, target_pct
+        if interleave == "rounds":
+            res.confirm_pairs, res.workers = confirm_pairs, workers
         res.missing += measured.get("failed", [])
         for line in measured.get("failed", []):
             progress(f"not measured: {line}")

@@ -45,8 +45,10 @@ def _res(v: float | None) -> str:
 
 def cells(r: ABRow, pairs: int | None = None) -> tuple[str, ...]:
     """A row's cells; its resolution says how many pairs it took where that is not ``pairs``."""
-    res = _res(r.resolution_pct) + (f" ({len(r.base_s)} pairs)" if pairs is not None and len(r.base_s) != pairs
-                                    else "")
+    took = f"{len(r.base_s)} pairs" if pairs is not None and len(r.base_s) != pairs else ""
+    if r.confirmation_pairs:
+        took += f", {r.confirmation_pairs} confirming"
+    res = _res(r.resolution_pct) + (f" ({took})" if took else "")
     return (r.name, f"{r.ratio:.4f}", f"{r.low:.4f}-{r.high:.4f}", res, r.verdict,
             f"{statistics.median(r.base_s) * 1e3:.4g}", f"{statistics.median(r.head_s) * 1e3:.4g}")
 
@@ -59,7 +61,8 @@ def headline(res: ABResult) -> str:
 
 
 def rule_line(res: ABResult) -> str:
-    how = "pairs of fresh workers, rounds alternating between the sides" if res.interleave == "rounds" \
+    started = {"forked": ", forked from a server per side", "exec": ""}.get(res.workers, "")
+    how = f"pairs of fresh workers{started}, rounds alternating between the sides" if res.interleave == "rounds" \
         else "pairs of invocations in ABBA order"
     return (f"{res.pairs} {how}; ratio head/base: geometric mean of the pair ratios, "
             f"{res.confidence:.0%} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
@@ -67,7 +70,9 @@ def rule_line(res: ABResult) -> str:
             f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured"
             + (f"; a worker run whose first pairs were too spread to reach a resolution of {res.target_pct:g}% took "
                f"further pairs, up to {res.max_pairs} (Stein's two-stage rule: its interval's width from the first "
-               f"{res.pairs})" if res.max_pairs else ""))
+               f"{res.pairs})" if res.max_pairs else "")
+            + (f"; a worker run whose pairs judged an entry slower or faster took {res.confirm_pairs} confirming "
+               "pairs of fresh workers, its entries judged on all their pairs" if res.confirm_pairs else ""))
 
 
 def summary_lines(res: ABResult) -> list[str]:
@@ -170,9 +175,10 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "counts": counts(res),
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
         "timings_s": dict(res.timings_s), "max_pairs": res.max_pairs, "target_resolution_pct": res.target_pct,
+        "confirm_pairs": res.confirm_pairs, "workers": res.workers,
         "entries": [{
             "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "pairs": len(r.base_s),
-            "ratio": r.ratio,
+            "confirmation_pairs": r.confirmation_pairs, "ratio": r.ratio,
             "interval": [r.low, r.high], "resolution_pct": r.resolution_pct,
             "pair_ratios": [h / b for b, h in zip(r.base_s, r.head_s)],
             "base_medians_s": list(r.base_s), "head_medians_s": list(r.head_s),
@@ -208,7 +214,9 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        when=str(data.get("datetime") or ""), timings_s=_timings(data.get("timings_s")),
                        max_pairs=int(data.get("max_pairs") or 0),
                        target_pct=None if data.get("target_resolution_pct") is None
-                       else float(data["target_resolution_pct"]))
+                       else float(data["target_resolution_pct"]),
+                       # saved before either existed: no confirming pairs, exec'd workers
+                       confirm_pairs=int(data.get("confirm_pairs") or 0), workers=str(data.get("workers") or "exec"))
         for e in data["entries"]:
             low, high = e["interval"]
             numbers = [e["ratio"], low, high, *e["base_medians_s"], *e["head_medians_s"]]
@@ -219,7 +227,7 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
             res.rows.append(ABRow(e["name"], [float(v) for v in e["base_medians_s"]],
                                   [float(v) for v in e["head_medians_s"]], float(e["ratio"]), float(low), float(high),
                                   e["verdict"], None if e["resolution_pct"] is None else float(e["resolution_pct"]),
-                                  e.get("fullname") or e["name"]))
+                                  e.get("fullname") or e["name"], int(e.get("confirmation_pairs") or 0)))
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{source}: not an A/B run ({type(e).__name__}: {e})") from None
     return res

@@ -37,6 +37,7 @@ judged slower or faster 7.7% of runs at 95% (tests/test_ab_further_pairs.py).
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -96,6 +97,7 @@ def t_cdf(t: float, df: int) -> float:
     return 1.0 - tail if t >= 0 else tail
 
 
+@functools.lru_cache(maxsize=256)  # a handful of (p, df) per run, each a bisection of 200 steps
 def t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile of Student's t with ``df`` degrees of freedom (0 < p < 1, df >= 1)."""
     if not 0 < p < 1:

@@ -1,0 +1,154 @@
+"""Confirming pairs (numabench ab --confirm-pairs, --numa-ab-confirm): a worker run whose first
+pairs judge an entry slower or faster takes as many fresh pairs more, and its entries are judged on
+all of them. Which entries a run's pairs judge changed (fixtures.ab_sides.changed_entries), how
+such entries are read back and judged (numabench.results.ab), that confirming cuts an A/A's false
+verdicts about tenfold while a real 5% change is still caught about as often (synthetic pairs,
+seeded), what numabench ab asks of its session, and a session that confirms end to end on the CPU."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fixtures.ab_sides import changed_entries
+from numabench.errors import UsageError
+from numabench.gate.rule import FASTER, SAME, SLOWER
+from numabench.results.ab import confirming_pairs, interleaved_medians, judge_measured, run_ab
+from numabench.results.ab_formats import from_json, render_text, to_json
+from numabench.results.ab_verdict import judge
+from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)
+from test_ab_further_pairs import result
+from test_ab_sides import ROOT, SESSION, slow_base
+
+
+def test_a_run_is_changed_where_its_pairs_put_an_interval_beyond_the_threshold():
+    pairs = [([result(a=1.0, b=1.0, c=1.0)], [result(a=1.05 * r, b=0.95 * r, c=r)])
+             for r in (1.0, 1.002, 0.998, 1.001)]
+    assert changed_entries(pairs, 1.0, 0.95) == [(0, "a", SLOWER), (0, "b", FASTER)]
+    assert changed_entries(pairs, 10.0, 0.95) == []  # within a 10% threshold: nothing to confirm
+    wide = [([result(a=1.0)], [result(a=r)]) for r in (1.3, 0.8, 1.1, 0.9)]
+    assert changed_entries(wide, 1.0, 0.95) == []  # too wide to say: unresolved, not changed
+    assert changed_entries(pairs[:1], 1.0, 0.95) == []  # one pair: no interval
+
+
+def test_confirmed_entries_are_judged_on_all_their_pairs_with_their_own_spread():
+    a, b = "x.py::t[a]", "x.py::t[b]"
+    # a's first four pairs agree closely on 1.03; its confirming four say 1.0 with more spread
+    head_a = [1.03, 1.031, 1.029, 1.03, 1.0, 1.02, 0.98, 1.0]
+    run = _session_run({a: head_a, b: [1.0] * 4}, {a: [1.0] * 8, b: [1.0] * 4})
+    run["benchmarks"][0]["extra_info"]["ab_base"]["confirmation_pairs"] = 4
+    measured = interleaved_medians(run, 4)
+    assert confirming_pairs(run) == {a: 4}
+    rows, missing = judge_measured(measured, 1.0, 0.95, 10.0, pairs=4, confirming=confirming_pairs(run))
+    row = {r.fullname: r for r in rows}
+    assert missing == [] and row[a].confirmation_pairs == 4 and row[b].confirmation_pairs == 0
+    # all eight pairs' spread, not the first four's (Stein's width would call this slower)
+    assert row[a].verdict == judge([1.0] * 8, head_a, 1.0, 0.95).verdict == SAME
+    assert judge([1.0] * 8, head_a, 1.0, 0.95, first_stage=4).verdict == SLOWER
+
+
+def _entry(rng: random.Random, true_ratio: float, noise: float, confirm: bool) -> str:
+    """One synthetic entry's verdict: 4 pairs of log-normal noise, 4 confirming ones where the
+    first four judged it changed."""
+    ratios = [true_ratio * math.exp(rng.gauss(0.0, noise)) for _ in range(4)]
+    verdict = judge([1.0] * 4, ratios, 1.0, 0.95).verdict
+    if confirm and verdict in (SLOWER, FASTER):
+        ratios += [true_ratio * math.exp(rng.gauss(0.0, noise)) for _ in range(4)]
+        verdict = judge([1.0] * 8, ratios, 1.0, 0.95).verdict
+    return verdict
+
+
+@pytest.mark.parametrize("noise", [0.02, 0.03, 0.05])
+def test_confirming_cuts_false_verdicts_and_keeps_the_catches(noise):
+    """An A/A of entries whose pair-to-pair noise is 2-5% (most host-side entries on the GPU
+    machines): false slower verdicts fall from 0.3-1.2% an entry to a seventh of that or less; a real
+    5% slowdown is caught at least 80% as often as without confirming (where it is barely
+    resolvable, at 5% noise), nearly as often where the noise is lower."""
+    runs = 20000
+    rng = random.Random(38)
+    false = {c: sum(_entry(rng, 1.0, noise, c) == SLOWER for _ in range(runs)) / runs for c in (False, True)}
+    caught = {c: sum(_entry(rng, 1.05, noise, c) == SLOWER for _ in range(runs)) / runs for c in (False, True)}
+    assert false[False] > 0.002 and false[True] < false[False] / 5, false
+    assert caught[True] > (0.8 if noise >= 0.05 else 0.9) * caught[False], caught
+
+
+def test_run_ab_asks_its_session_for_confirming_pairs_and_forked_workers(repo):  # noqa: F811
+    seen = []
+
+    def invoke_both(base, head, pytest_args, pairs, json_path: Path):
+        seen.append(list(pytest_args))
+        run = _session_run({"x.py::t[a]": [1.5e-3] * 6}, {"x.py::t[a]": [1e-3] * 6})
+        run["benchmarks"][0]["extra_info"]["ab_base"]["confirmation_pairs"] = 3
+        measured = interleaved_medians(run, pairs)
+        measured["confirming"] = confirming_pairs(run)
+        return measured
+
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "",
+                 invoke_both=invoke_both, confirm_pairs=3, threshold_pct=2.0)
+    assert seen[-1] == ["benchmarks", "--numa-ab-confirm=3", "--numa-ab-threshold=2%", "--numa-ab-confidence=0.95",
+                        "--numa-forkserver"]
+    (row,) = res.rows
+    assert (res.confirm_pairs, res.workers, row.confirmation_pairs, len(row.base_s)) == (3, "forked", 3, 6)
+    text = render_text(res)
+    assert "(6 pairs, 3 confirming)" in text and "took 3 confirming pairs" in text and "forked from a server" in text
+    again = from_json(json.loads(json.dumps(to_json(res))))
+    assert (again.confirm_pairs, again.workers, again.rows[0].confirmation_pairs) == (3, "forked", 3)
+    run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", invoke_both=invoke_both,
+           workers="exec")
+    assert seen[-1] == ["benchmarks"]
+    for kwargs, message in (({"confirm_pairs": 1}, "--confirm-pairs 1: allowed 0"),
+                            ({"confirm_pairs": 3, "interleave": "invocations"}, "with --interleave=rounds"),
+                            ({"workers": "spawn"}, "--workers spawn: allowed forked, exec")):
+        with pytest.raises(UsageError, match=message):
+            run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", **kwargs)
+    for taken in ("--numa-ab-confirm=2", "--numa-forkserver"):
+        with pytest.raises(UsageError, match="numabench ab sets it"):
+            run_ab("HEAD~1", "HEAD", ["benchmarks", taken], pairs=3, cwd=repo, build_side=lambda s: "")
+
+
+@pytest.mark.parametrize("threshold, pairs", [("1%", 4), ("1e9%", 2)], ids=["changed", "within-threshold"])
+def test_a_session_confirms_a_changed_run_with_fresh_pairs(tmp_path, threshold, pairs):
+    """The base's touch worker sleeps in every step: the head is far faster, a change any
+    threshold short of a billion percent sees on two pairs, which then takes two fresh ones."""
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={slow_base(tmp_path)}",
+                           "--numa-ab-confirm=2", f"--numa-ab-threshold={threshold}", f"--benchmark-json={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (entry,) = json.loads(out.read_text())["benchmarks"]
+    extra = entry["extra_info"]
+    assert len(extra["invocation_medians_s"]) == len(extra["ab_base"]["invocation_medians_s"]) == pairs
+    assert extra["ab_base"]["confirmation_pairs"] == pairs - 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--numa-ab-confirm=1"], "--numa-ab-confirm 1: allowed 0"),
+    (["--numa-ab-confirm=2", "--numa-ab-threshold=-1%"], "--numa-ab-threshold -1%: allowed a percentage >= 0"),
+], ids=["one-pair", "threshold"])
+def test_bad_confirm_options_are_usage_errors(args, message):
+    proc = subprocess.run([*SESSION, f"--numa-ab-base={ROOT}", *args, "--collect-only"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4 and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_confirming_needs_a_base():
+    proc = subprocess.run([*SESSION, "--numa-ab-confirm=2", "--collect-only"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 4 and "--numa-ab-confirm needs --numa-ab-base=CHECKOUT" in proc.stderr
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["ab", "HEAD~1", "--pairs", "4"], 4),
+    (["ab", "HEAD~1", "--pairs", "4", "--confirm-pairs", "0"], 0),
+    (["ab", "HEAD~1", "--confirm-pairs", "6"], 6),
+    (["ab", "HEAD~1", "--pairs", "4", "--interleave", "invocations"], 0),
+], ids=["as-many-as-pairs", "off", "given", "invocations-none"])
+def test_numabench_ab_confirms_with_as_many_pairs_as_it_measured_by_default(argv, expected):
+    from numabench.cli import build_parser, confirm_pairs
+
+    ns = build_parser().parse_args(argv)
+    assert confirm_pairs(ns) == expected and ns.workers == "forked"
