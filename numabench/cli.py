@@ -343,6 +343,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     # the A/B's own option: its session has a base, this plan's collection none
     rewarm = pairs is not None and "--numa-ab-no-rewarm" not in args
     args = [a for a in args if not (pairs is not None and a == "--numa-ab-no-rewarm")]
+    if pairs is not None and ns.ab_workers == "forked" and "--numa-forkserver" not in args:
+        args.append("--numa-forkserver")  # numabench ab's default: the plan of its session
     most = 0
     if pairs is not None:  # --numa-ab-max-pairs M: the upper figure, where every worker run takes M pairs
         args, text = take_option(args, "--numa-ab-max-pairs")
@@ -683,6 +685,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--list", action="store_true", help="list the families (each Family's description and needs)")
     p.add_argument("--ab-pairs", default=None, metavar="N",
                    help="also estimate numabench ab of this selection with N pairs: two builds and 2N invocations")
+    p.add_argument("--ab-workers", choices=("forked", "exec"), default="forked",
+                   help="with --ab-pairs: as numabench ab --workers (default forked: the plan with --numa-forkserver)")
     p.add_argument("--markdown", action="store_true", help="with --list: the README's family table (Markdown)")
     p.add_argument("--readme", default=None, metavar="FILE",
                    help="with --list: rewrite the family table of FILE (README.md) from the families")
@@ -722,12 +726,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "ab" and "--" in argv:  # what follows -- selects the benchmarks
         cut = argv.index("--")
         argv, pytest_args = argv[:cut], argv[cut + 1:]
-    ab_pairs = None
-    if argv and argv[0] == "plan":  # --ab-pairs N is plan's own wherever it stands
+    ab_pairs = ab_workers = None
+    if argv and argv[0] == "plan":  # --ab-pairs N and --ab-workers W are plan's own wherever they stand
         try:
             argv, ab_pairs = take_ab_pairs(argv)
+            argv, ab_workers = take_option(argv, "--ab-workers")
         except UsageError as e:
             parser.error(str(e))
+        if ab_workers not in (None, "forked", "exec"):
+            parser.error(f"--ab-workers {ab_workers}: allowed forked, exec")
     if (argv and argv[0] == "plan" and not {"-h", "--help"} & set(argv[1:2])
             and not any(a.split("=", 1)[0] in PLAN_OWN_OPTIONS for a in argv[1:])):
         argv, pytest_args = argv[:1], argv[1:]  # everything after plan goes to pytest
@@ -736,6 +743,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.pytest_args = pytest_args
     if ab_pairs is not None:
         ns.ab_pairs = ab_pairs
+    if ab_workers is not None:
+        ns.ab_workers = ab_workers
     stdout = sys.stdout
     sys.stdout = GuardedStdout(stdout)
     # SIGTERM and SIGHUP as well as Ctrl-C end a command through its finally blocks: ab's

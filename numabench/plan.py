@@ -91,11 +91,12 @@ class Plan:
     kernels: list[str] = field(default_factory=list)  # every kernel the selected cases need
     # --numa-forkserver: the fork server's import, once (its workers' imports are left out of the runs)
     server_s: float = 0.0
+    forked: bool = False  # --numa-forkserver: workers forked from a server per side
 
     def to_dict(self) -> dict:
         """The figures an A/B estimate (numabench.plan_ab) builds on."""
         return {"seconds": self.seconds, "steps_seconds": sum(r.steps_s for r in self.runs),
-                "server_seconds": self.server_s,
+                "server_seconds": self.server_s, "forked": self.forked,
                 "entries": sum(r.entries for r in self.runs), "runs": len(self.runs),
                 "builds": [{"kernel": b.kernel, "seconds": b.seconds, "source": b.source} for b in self.builds],
                 "kernels": list(self.kernels), "baseline": self.baseline}
@@ -250,7 +251,7 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
             by_run.setdefault(key, []).append(b)
             if extra.get("run_fixed_s"):
                 recorded.setdefault(key, (fam, case, extra["run_fixed_s"]))
-    plan = Plan(baseline=baseline_name if baseline else None)
+    plan = Plan(baseline=baseline_name if baseline else None, forked=forked)
     starts = family_start_seconds(recorded.values())
     other_sizes: dict[str, list[tuple["Case", str]]] = {}  # run key at size 0 -> the baseline's runs of it
     for key, (fam, case, _) in recorded.items():

@@ -4,17 +4,21 @@ Rounds interleaved in one session (the default): each pair starts and sets up bo
 workers together and steps each side's rounds in turn, each timed step after an untimed one
 (``--numa-ab-no-rewarm``: without):
 
-    head's build + base's build + pytest's start and collection
-        + pairs x (2 x the plan less its kernel builds and its steps + 4 x its steps)
+    head's build + base's build + pytest's start and collection + 2 x a fork server's start
+        + pairs x (the plan less its kernel builds, imports and steps + 4 x its steps)
 
-With ``--numa-forkserver`` the plan's runs hold no worker imports and each side's server
-imports once, before the first pair (``server_s``, counted twice, not per pair).
+Workers forked from a server per side (numabench ab's default, ``--numa-forkserver``): the
+plan's runs hold no worker imports, each side's server imports once (``server_s``), and both
+sides' set-ups, which run at once, count once: on a fresh H100 x1 VM (16 CPUs) a forked pair's
+fixed cost was about a plain run's less its imports (adam_offload 67.9M 3.5 s against 2.5,
+transfer 268M 8.6 against 9.8, train_step 8.2 against 9.5), and three A/As of the ``ci`` tier's
+parts came within 8% of this sum (docs/GATE.md). Exec'd workers (``--workers exec``) count
+each run's fixed cost twice: each side's interpreter imports torch at the same time as the
+other's, and pairs measured 1.2-3.4x a plain run's fixed cost (train_step DDP 19.0 s against
+9.5 s; adam_offload 17.5-19.9 against 5.1-5.8 with its check); the A/Bs came within 18%.
 
-Both sides' set-ups count in full although they run at once: they share the CPUs (imports,
-torch's start, correctness checks, filling the state). Measured on H100 x1 VMs, a pair's fixed
-cost was 1.2-3.4x the plain run's (train_step DDP 19.0 s against 9.5 s; dataloader 7.0 against
-5.8; adam_offload 17.5-19.9 against 5.1-5.8 with its check), and the A/Bs came within 10% of
-this sum (docs/GATE.md).
+Confirming pairs (``--confirm-pairs``) run only for a worker run whose pairs judge an entry
+changed: none in an A/A, so the estimate leaves them out; each such run adds that many pairs.
 
 Whole invocations (``--interleave=invocations``):
 
@@ -40,6 +44,11 @@ from numabench.plan import KERNEL_BUILD_DEFAULT_S, KERNEL_BUILD_S, KERNEL_CACHED
 # `numabench build` with every kernel built already: python, torch's import, the checks (11-12 s
 # on the H100 x1 VMs, in each of five A/B runs)
 BUILD_START_S = 11.0
+
+
+# how a pair's set-ups count, by whether its workers are forked (ABEstimate.pair_s)
+SETUPS = {True: "once: workers forked, both sides' set-ups at once",
+          False: "twice: workers exec'd, both sides' imports and set-ups sharing the CPUs"}
 
 
 def compile_seconds(kernel: str) -> float:
@@ -72,6 +81,7 @@ class ABEstimate:
     rewarm: bool = True  # every timed step after an untimed one (--numa-ab-no-rewarm: not)
     max_pairs: int = 0  # further pairs up to this where a run's first ones are too spread (0: none)
     server_s: float = 0.0  # of plan_s, a fork server's import (--numa-forkserver): once per side, not per pair
+    forked: bool = False  # workers forked from a server per side: both sides' set-ups, run at once, count once
 
     @property
     def invocation_s(self) -> float:
@@ -80,11 +90,12 @@ class ABEstimate:
 
     @property
     def pair_s(self) -> float:
-        """One pair of the rounds mode: each run's fixed cost twice (both sides' set-ups share the
-        CPUs), its steps twice (four times with rewarm: each step after an untimed one; warm-ups
-        counted too)."""
+        """One pair of the rounds mode: each run's fixed cost once where the workers are forked
+        (both sides' set-ups run at once), twice where they are exec'd (both sides' imports share
+        the CPUs); its steps twice (four times with rewarm: each step after an untimed one;
+        warm-ups counted too)."""
         fixed = self.invocation_s - self.session_s - self.plan_steps_s - self.server_s
-        return 2 * fixed + self.plan_steps_s * (4 if self.rewarm else 2)
+        return (1 if self.forked else 2) * fixed + self.plan_steps_s * (4 if self.rewarm else 2)
 
     @property
     def measuring_s(self) -> float:
@@ -110,8 +121,8 @@ class ABEstimate:
                   f"of the head's sources)")
         if self.interleave == "rounds":
             then = (f"then one session ({self.session_s:.1f} s pytest start and collection as timed here) of "
-                    f"{self.pairs} pairs x ~{duration(self.pair_s)} (the plan above less its kernel builds twice: "
-                    f"both sides' set-ups; its {duration(self.plan_steps_s)} of steps twice: both sides' rounds"
+                    f"{self.pairs} pairs x ~{duration(self.pair_s)} (the plan above less its kernel builds "
+                    f"{SETUPS[self.forked]}; its {duration(self.plan_steps_s)} of steps twice: both sides' rounds"
                     f"{', each after an untimed one' if self.rewarm else ''})")
         else:
             then = (f"then {2 * self.pairs} invocations x ~{duration(self.invocation_s)} (the plan above less its "
@@ -137,4 +148,5 @@ def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[st
         head_build_s=BUILD_START_S + max((s for done, s in kernels.values() if not done), default=0.0),
         base_build_s=BUILD_START_S, base_compile_s=BUILD_START_S + max((s for _, s in kernels.values()), default=0.0),
         plan_steps_s=float(plan.get("steps_seconds") or 0.0), interleave=interleave, rewarm=rewarm,
-        max_pairs=max_pairs, server_s=float(plan.get("server_seconds") or 0.0))
+        max_pairs=max_pairs, server_s=float(plan.get("server_seconds") or 0.0),
+        forked=bool(plan.get("forked")))

@@ -50,11 +50,16 @@ def test_the_estimate_is_the_arithmetic_of_its_parts():
         ab_estimate(plan, 1, 4.0, kernels)
 
 
-def test_a_forked_estimate_counts_each_sides_server_once_not_per_pair():
-    plan = {"seconds": 103.0, "builds": [], "kernels": [], "steps_seconds": 20.0, "server_seconds": 3.0}
+def test_a_forked_estimate_counts_each_sides_server_once_and_the_set_ups_once_a_pair():
+    plan = {"seconds": 103.0, "builds": [], "kernels": [], "steps_seconds": 20.0, "server_seconds": 3.0,
+            "forked": True}
     est = ab_estimate(plan, 4, session_s=4.0, kernels={}, rewarm=False)
-    assert est.pair_s == pytest.approx(2 * (103.0 - 3.0 - 20.0) + 2 * 20.0)
+    assert est.pair_s == pytest.approx((103.0 - 3.0 - 20.0) + 2 * 20.0)  # both sides set up at once
     assert est.measuring_s == pytest.approx(4.0 + 2 * 3.0 + 4 * est.pair_s)
+    assert "once: workers forked" in est.summary()
+    exec_d = ab_estimate({**plan, "forked": False, "server_seconds": 0.0}, 4, session_s=4.0, kernels={},
+                         rewarm=False)
+    assert exec_d.pair_s == pytest.approx(2 * (103.0 - 20.0) + 2 * 20.0) and "twice: workers exec'd" in exec_d.summary()
 
 
 def test_the_plan_records_the_kernels_the_selection_needs(tmp_path, monkeypatch):
@@ -93,6 +98,11 @@ def test_numabench_plan_prints_the_ab_estimate(tmp_path):
     assert total == pytest.approx(head + base + session + 2 * pair, abs=3)  # each figure rounded to a second
     assert session > 0
     assert "both sides' rounds, each after an untimed one)" in ab_line  # the default
+    assert "less its kernel builds once: workers forked" in ab_line  # numabench ab's default
+    out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "--ab-workers", "exec",
+                          "benchmarks/test_touch.py", "--numa-policies=default", "--param-sizes=4M"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "less its kernel builds twice: workers exec'd" in out.stdout, out.stdout + out.stderr
 
 
 def test_numabench_plan_takes_the_ab_session_s_options(tmp_path):
