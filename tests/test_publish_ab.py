@@ -125,3 +125,19 @@ def test_an_entry_s_family_is_read_from_its_test_name():
     assert family_of("benchmarks/test_cpu_adam.py::test_cpu_adam[step-np1-16.8M-default-fp32-ours]") == "cpu_adam"
     assert family_of("test_host_membw[time-np1-16.8M-default-fp32-copy]") == "host_membw"
     assert family_of("FAILED benchmarks/test_pinned_alloc.py::test_pinned_alloc[alloc-np1-1M] - boom") == "pinned_alloc"
+
+
+def test_a_confirmed_entry_says_on_how_many_pairs_it_was_judged(tmp_path):
+    row = ABRow("test_touch[write-np1-1M-default-fp32]", [1e-3] * 8, [1.05e-3] * 8, 1.05, 1.04, 1.06, "slower", 0.9,
+                "benchmarks/test_touch.py::test_touch[write-np1-1M-default-fp32]", 4)
+    res = ABResult(Side("main", "b" * 40, None, {}), Side("HEAD", "a" * 40, None, {}), 4, 1.0, 0.95, rows=[row],
+                   hardware_key="nogpu_AMD-EPYC_1node", interleave="rounds", when="2026-11-25T10:00:00Z",
+                   confirm_pairs=4, workers="forked")
+    path = tmp_path / "confirmed.json"
+    path.write_text(json.dumps(to_json(res)))
+    out = tmp_path / "site"
+    assert main(["publish", str(path), "--out", str(out)]) == 0
+    text = (out / "ab-confirmed.html").read_text()
+    block = text[text.index('id="what-changed"'):text.index("</section>")]
+    assert "0.90% (8 pairs, 4 confirming)" in block
+    assert "took 4 confirming pairs" in text and "forked from a server per side" in text

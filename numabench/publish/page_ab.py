@@ -89,7 +89,11 @@ def _interval(r: ABRow) -> str:
 
 
 def _resolution(r: ABRow) -> str:
-    return "-" if r.resolution_pct is None else f"{r.resolution_pct:.2f}%"
+    """Its resolution, and where its worker run confirmed a change, on how many pairs."""
+    text = "-" if r.resolution_pct is None else f"{r.resolution_pct:.2f}%"
+    if r.confirmation_pairs:
+        text += f" ({len(r.base_s)} pairs, {r.confirmation_pairs} confirming)"
+    return text
 
 
 def _row_cells(i: int, r: ABRow, anchor: bool) -> list[str]:
