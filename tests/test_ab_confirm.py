@@ -152,3 +152,23 @@ def test_numabench_ab_confirms_with_as_many_pairs_as_it_measured_by_default(argv
 
     ns = build_parser().parse_args(argv)
     assert confirm_pairs(ns) == expected and ns.workers == "forked"
+
+
+def test_a_head_older_than_the_options_is_told_what_to_run_instead(tmp_path):
+    """A head checkout whose pytest knows the A/B session but not confirming pairs or fork servers."""
+    from numabench.results.ab import Side, invoke_interleaved
+
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "conftest.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    for name in ('--numa-repeats', '--numa-ab-base'):\n"
+        "        parser.addoption(name)\n"
+        "    for name in ('--numa-ab-base-env', '--numa-ab-head-env'):\n"
+        "        parser.addoption(name, action='append', default=[])\n")
+    side = Side("old", None, head, {})
+    with pytest.raises(UsageError, match=r"the head \(old\) predates --numa-ab-confirm and --numa-forkserver, which "
+                                         r"numabench ab runs its session with: allowed --confirm-pairs 0 --workers "
+                                         r"exec for it"):
+        invoke_interleaved(side, side, ["--numa-ab-confirm=2", "--numa-ab-threshold=1%", "--numa-forkserver"], 2,
+                           tmp_path / "ab.json")

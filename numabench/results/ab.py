@@ -289,6 +289,12 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
         if "unrecognized arguments: --numa-repeats" in tail or "unrecognized arguments: --numa-ab-base" in tail:
             raise UsageError(f"the head ({head.label}) predates --numa-ab-base, which the rounds mode runs its "
                              "session with: allowed --interleave=invocations for it")
+        unknown = next((ln for ln in tail.split(" | ") if "unrecognized arguments:" in ln), "")
+        older = [(o, instead) for o, instead in (("--numa-ab-confirm", "--confirm-pairs 0"),
+                                                 ("--numa-forkserver", "--workers exec")) if o in unknown]
+        if older:
+            raise UsageError(f"the head ({head.label}) predates {' and '.join(o for o, _ in older)}, which numabench "
+                             f"ab runs its session with: allowed {' '.join(i for _, i in older)} for it")
         raise UsageError(f"pytest on {head.label} (with {base.label}'s workers) exited {proc.returncode}: {tail}")
     run = storage.load_run(json_path)
     measured = interleaved_medians(run, pairs, " ".join(pytest_args))
