@@ -339,6 +339,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
             raise UsageError("--ab-pairs goes with a plan of benchmarks, not with --list")
         return plan_list(ns)
     pairs = None if ns.ab_pairs is None else parse_ab_pairs(ns.ab_pairs)
+    if pairs is None and ns.ab_workers != "forked":
+        raise UsageError(f"--ab-workers {ns.ab_workers} goes with --ab-pairs N (the plan of numabench ab)")
     args = ns.pytest_args or ["benchmarks"]
     # the A/B's own option: its session has a base, this plan's collection none
     rewarm = pairs is not None and "--numa-ab-no-rewarm" not in args

@@ -103,6 +103,9 @@ def test_numabench_plan_prints_the_ab_estimate(tmp_path):
                           "benchmarks/test_touch.py", "--numa-policies=default", "--param-sizes=4M"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "less its kernel builds twice: workers exec'd" in out.stdout, out.stdout + out.stderr
+    out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-workers", "exec", "benchmarks/test_touch.py"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "--ab-workers exec goes with --ab-pairs N" in out.stderr, out.stdout + out.stderr
 
 
 def test_numabench_plan_takes_the_ab_session_s_options(tmp_path):
