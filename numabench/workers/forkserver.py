@@ -148,7 +148,7 @@ def serve(sock_path: str) -> int:
     preload_s = time.perf_counter() - started
     if torch.cuda.is_initialized():  # a fork of it could not use CUDA ("Cannot re-initialize CUDA")
         raise RuntimeError("CUDA was initialised while the worker code was imported: its workers cannot be "
-                           "forked; run without --numa-forkserver")
+                           "forked; run without --numa-forkserver (numabench ab: --workers exec)")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address(sock_path))
     listener.listen(64)
