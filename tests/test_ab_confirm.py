@@ -22,7 +22,7 @@ from numabench.results.ab_formats import from_json, render_text, to_json
 from numabench.results.ab_verdict import judge
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_further_pairs import result
-from test_ab_sides import ROOT, SESSION, slow_base
+from test_ab_sides import ROOT, SESSION, collected_with, slow_base
 
 
 def test_a_run_is_changed_where_its_pairs_put_an_interval_beyond_the_threshold():
@@ -130,14 +130,12 @@ def test_a_session_confirms_a_changed_run_with_fresh_pairs(tmp_path, threshold, 
     (["--numa-ab-confirm=2", "--numa-ab-threshold=-1%"], "--numa-ab-threshold -1%: allowed a percentage >= 0"),
 ], ids=["one-pair", "threshold"])
 def test_bad_confirm_options_are_usage_errors(args, message):
-    proc = subprocess.run([*SESSION, f"--numa-ab-base={ROOT}", *args, "--collect-only"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = collected_with(f"--numa-ab-base={ROOT}", *args)
     assert proc.returncode == 4 and message in proc.stderr, proc.stderr[-2000:]
 
 
 def test_confirming_needs_a_base():
-    proc = subprocess.run([*SESSION, "--numa-ab-confirm=2", "--collect-only"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = collected_with("--numa-ab-confirm=2")
     assert proc.returncode == 4 and "--numa-ab-confirm needs --numa-ab-base=CHECKOUT" in proc.stderr
 
 

@@ -22,7 +22,7 @@ from numabench.results.ab import interleaved_medians, judge_measured, run_ab
 from numabench.results.ab_verdict import UNRESOLVED, judge, pairs_for_target, resolution_pct, t_quantile
 from numabench.gate.rule import SAME, SLOWER
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)
-from test_ab_sides import ROOT, SESSION
+from test_ab_sides import ROOT, SESSION, collected_with
 
 CASE = Case("touch", 1, 1 << 20, Policy.parse("default"), "fp32")
 
@@ -120,12 +120,10 @@ def test_a_session_takes_further_pairs_while_the_target_is_not_met(tmp_path, tar
     (["--numa-ab-max-pairs=4", "--numa-ab-confidence=1.5"], "--numa-ab-confidence 1.5: allowed a number between"),
 ], ids=["too-few", "not-a-number", "zero-target", "confidence"])
 def test_bad_further_pair_options_are_usage_errors(args, message):
-    proc = subprocess.run([*SESSION, f"--numa-ab-base={ROOT}", *args, "--collect-only"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = collected_with(f"--numa-ab-base={ROOT}", *args)
     assert proc.returncode == 4 and message in proc.stderr, proc.stderr[-2000:]
 
 
 def test_further_pairs_need_a_base():
-    proc = subprocess.run([*SESSION, "--numa-ab-max-pairs=4", "--collect-only"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = collected_with("--numa-ab-max-pairs=4")
     assert proc.returncode == 4 and "--numa-ab-max-pairs needs --numa-ab-base=CHECKOUT" in proc.stderr

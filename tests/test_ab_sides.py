@@ -30,6 +30,11 @@ SESSION = [sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "--numa-p
            "--param-sizes=1M", "--numa-rounds=3", "--numa-warmup=1", "-p", "no:cacheprovider", "-q"]
 
 
+def collected_with(*args: str) -> subprocess.CompletedProcess:
+    """The A/B session's collection with these options (a usage error: exit 4, one line on stderr)."""
+    return subprocess.run([*SESSION, *args, "--collect-only"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
 def patched_base(tmp_path: Path, anchor: str, added: str) -> Path:
     """A copy of this package as a base checkout, its touch worker's line ``anchor`` followed by ``added``."""
     base = tmp_path / "base"
