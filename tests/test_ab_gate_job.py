@@ -97,6 +97,9 @@ def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     assert summary.startswith("### numabench A/B: ") and summary == (tmp_path / "summary").read_text()
     assert entry["name"] in summary
     assert "::notice title=numabench A/B::numabench A/B: " in out.stdout
+    # the session's line per worker run reached the job's log as it ran (one worker run here)
+    assert re.search(r"^\[ab\] run 1/1 \S+: [\d.]+ s; elapsed \d+:\d\d, every run done$",
+                     (results / "ab.log").read_text(), re.M), (results / "ab.log").read_text()
     assert ("::error title=numabench A/B slower" in out.stdout) == bool(slower)
     log = (results / "ab.log").read_text()
     assert "numabench A/B: " in log and "[ab] 2 pairs, rounds alternating between base and head" in log

@@ -63,9 +63,10 @@ def test_a_signal_mid_ab_removes_its_worktrees_and_ends_in_one_line(tmp_path, si
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
 
 
-def interrupt_run_child_once_ready(child: str, ready: Path, cwd: Path) -> None:
+def interrupt_run_child_once_ready(child: str, ready: Path, cwd: Path, relayed: bool = False) -> None:
     """run_child on ``child`` (Python source), Ctrl-C (as SIGALRM's handler) once ``ready``
-    exists; asserts that run_child gave way to the KeyboardInterrupt."""
+    exists; asserts that run_child gave way to the KeyboardInterrupt. ``relayed``: its lines
+    relayed as they come (as the A/B session's are)."""
     from numabench.results.ab import run_child
 
     def interrupt_once_ready() -> None:
@@ -79,13 +80,15 @@ def interrupt_run_child_once_ready(child: str, ready: Path, cwd: Path) -> None:
     try:
         with pytest.raises(KeyboardInterrupt):
             waiter.start()
-            run_child([sys.executable, "-c", child], cwd, dict(os.environ), "the child")
+            run_child([sys.executable, "-c", child], cwd, dict(os.environ), "the child",
+                      (lambda line: None) if relayed else None)
     finally:
         waiter.join()
         signal.signal(signal.SIGALRM, previous)
 
 
-def test_an_interrupted_child_is_stopped_and_waited_for(tmp_path):
+@pytest.mark.parametrize("relayed", [False, True], ids=["captured", "relayed"])
+def test_an_interrupted_child_is_stopped_and_waited_for(tmp_path, relayed):
     """Ctrl-C while ab waits for a build or a session: the child gets SIGTERM and ab returns only
     once it has ended (here it takes 1 s to end what it started), never leaving it running."""
     ready, ended = tmp_path / "ready", tmp_path / "ended"
@@ -95,8 +98,32 @@ def test_an_interrupted_child_is_stopped_and_waited_for(tmp_path):
              "signal.signal(signal.SIGTERM, stop)\n"
              f"open({str(ready)!r}, 'w').write('ready')\n"
              "time.sleep(60)\n")
-    interrupt_run_child_once_ready(child, ready, tmp_path)  # once the child handles SIGTERM
+    interrupt_run_child_once_ready(child, ready, tmp_path, relayed)  # once the child handles SIGTERM
     assert ended.read_text() == "ended"  # it ended its own way before run_child returned
+
+
+def test_a_relayed_childs_lines_arrive_while_it_runs(tmp_path):
+    """The A/B session's lines reach numabench ab's progress as they come, not at the end: the
+    child prints its second line only once the first has been relayed (else it exits 3 after
+    60 s); both lines, stderr's too, are in the output afterwards."""
+    from numabench.results.ab import run_child
+
+    seen = tmp_path / "seen"
+    child = ("import os, sys, time\n"
+             "print('first', flush=True)\n"
+             "deadline = time.monotonic() + 60\n"
+             f"while not os.path.exists({str(seen)!r}):\n"
+             "    time.sleep(0.02)\n"
+             "    if time.monotonic() > deadline: sys.exit(3)\n"
+             "print('second', file=sys.stderr, flush=True)\n")
+    lines = []
+
+    def on_line(line):
+        lines.append(line)
+        seen.touch()
+
+    proc = run_child([sys.executable, "-c", child], tmp_path, dict(os.environ), "the child", on_line)
+    assert (proc.returncode, lines, proc.stdout, proc.stderr) == (0, ["first", "second"], "first\nsecond\n", "")
 
 
 def test_an_interrupted_childs_own_children_are_waited_for(tmp_path):

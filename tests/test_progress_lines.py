@@ -34,11 +34,11 @@ def clock(monkeypatch) -> Clock:
     return c
 
 
-def _progress(verbose: bool, runs: dict[str, tuple[float, list[str]]]) -> Progress:
+def _progress(verbose: bool, runs: dict[str, tuple[float, list[str]]], ab_session: bool = False) -> Progress:
     """``runs``: key -> (estimated seconds, its items' node ids)."""
     plan = Plan(runs=[RunPlan(k, k.split("[")[0], len(items), est, "model") for k, (est, items) in runs.items()])
     owner = {n: k for k, (_, items) in runs.items() for n in items}
-    return Progress(plan, owner, verbose, None)
+    return Progress(plan, owner, verbose, None, ab_session=ab_session)
 
 
 def _report(p: Progress, nodeid: str, call: str | None, clock: Clock | None = None, takes: float = 0.0) -> str | None:
@@ -51,6 +51,14 @@ def _report(p: Progress, nodeid: str, call: str | None, clock: Clock | None = No
     if call is not None:
         p.pytest_runtest_logreport(types.SimpleNamespace(when="call", nodeid=nodeid, skipped=call == "skipped"))
     return p.finished(nodeid)
+
+
+def test_an_ab_sessions_lines_leave_the_one_sided_estimate_out_and_scale_the_eta(clock):
+    """A run of an A/B session takes pairs of both sides: its estimate (one side, once) is not
+    shown; the ETA, scaled by the finished runs, still is."""
+    p = _progress(True, {"a[1]": (10.0, ["a1"]), "b[1]": (20.0, ["b1"])}, ab_session=True)
+    assert _report(p, "a1", "passed", clock, 60) == "numabench: run 1/2 a[1]: 60.0 s; elapsed 1:00, ETA 2:00"
+    assert _report(p, "b1", "passed", clock, 100) == "numabench: run 2/2 b[1]: 100.0 s; elapsed 2:40, every run done"
 
 
 def test_verbose_a_line_per_run_when_it_is_done_and_the_eta_scales(clock):

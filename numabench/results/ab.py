@@ -33,6 +33,7 @@ runs on given timings too.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import random
@@ -40,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -50,6 +52,7 @@ import psutil
 
 from numabench.errors import UsageError
 from numabench.interrupts import stops_held
+from numabench.plan import STATUS_PREFIX
 from numabench.kernels.builder_tree import live_descendants
 from numabench.results import storage
 from numabench.gate.rule import SLOWER
@@ -195,43 +198,71 @@ def _env(side: Side) -> dict[str, str]:
     return env
 
 
-def run_child(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str) -> subprocess.CompletedProcess:
-    """``cmd`` to its end, output captured. Interrupted (Ctrl-C, or SIGTERM/SIGHUP as Stopped) or
+def run_child(cmd: Sequence[str], cwd: Path, env: dict[str, str], what: str,
+              on_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+    """``cmd`` to its end, output captured. With ``on_line``, stderr joins stdout and each line
+    goes to ``on_line`` as it comes (a session of many minutes shows where it is; the
+    CompletedProcess's stderr is then empty). Interrupted (Ctrl-C, or SIGTERM/SIGHUP as Stopped) or
     past RUN_TIMEOUT_S, the child gets SIGTERM and CHILD_STOP_GRACE_S to end what it started (a
     build its compilers, a session its workers) before SIGKILL, and is waited for: numabench ab
     never returns with a child of its still running (subprocess.run would SIGKILL the child at
     once and, on Ctrl-C, not even wait for it)."""
     proc: subprocess.Popen | None = None
+    reader: threading.Thread | None = None
+    lines: list[str] = []
     try:
         with stops_held():  # an interrupt while the child starts is raised here, once proc names it
             proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+                                    stderr=subprocess.STDOUT if on_line else subprocess.PIPE, text=True)
+        if on_line is None:
+            out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        else:
+            reader = threading.Thread(target=_relay, args=(proc.stdout, lines, on_line), daemon=True)
+            reader.start()
+            proc.wait(timeout=RUN_TIMEOUT_S)
+            reader.join()
+            out, err = "".join(lines), ""
     except subprocess.TimeoutExpired:
-        _stop_child(proc)
+        _stop_child(proc, drain=reader is None)
         raise UsageError(f"{what} did not end within {RUN_TIMEOUT_S} s: stopped") from None
     except BaseException:
         if proc is not None:
-            _stop_child(proc)
+            _stop_child(proc, drain=reader is None)
         raise
     finally:
+        if reader is not None:
+            reader.join(timeout=5)  # the pipe's end: the child and every process holding it are gone
         for pipe in (proc.stdout, proc.stderr) if proc is not None else ():
-            pipe.close()
+            if pipe is not None:
+                pipe.close()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def _stop_child(proc: subprocess.Popen) -> None:
+def _relay(pipe: Any, lines: list[str], on_line: Callable[[str], None]) -> None:
+    """Every line of ``pipe`` into ``lines``, and to ``on_line``, until the pipe ends."""
+    with contextlib.suppress(ValueError, OSError):  # closed under us: the child was stopped
+        for line in pipe:
+            lines.append(line)
+            on_line(line.rstrip("\n"))
+
+
+def _stop_child(proc: subprocess.Popen, drain: bool = True) -> None:
     """SIGTERM the child, then wait for it and for every process under it (a build's kernel
     builders end their compilers after their parent is gone): all within CHILD_STOP_GRACE_S,
-    the survivors killed then."""
+    the survivors killed then. ``drain``: read its pipes meanwhile (False where a relay thread
+    reads them already)."""
     deadline = time.monotonic() + CHILD_STOP_GRACE_S
     tree = {p.pid: p for p in live_descendants(proc.pid)}
     if proc.poll() is None:
         proc.terminate()
     while proc.poll() is None and time.monotonic() < deadline:
         tree.update((p.pid, p) for p in live_descendants(proc.pid))
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=0.1)  # reading on, so a full pipe cannot hold it
+        if drain:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=0.1)  # reading on, so a full pipe cannot hold it
+        else:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.1)
     if proc.poll() is None:
         tree.update((p.pid, p) for p in live_descendants(proc.pid))
         proc.kill()
@@ -273,17 +304,22 @@ def invoke(side: Side, pytest_args: Sequence[str], json_path: Path) -> dict[str,
 
 
 def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs: int,
-                       json_path: Path) -> dict[str, Any]:
+                       json_path: Path, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """One pytest session of the head timing both sides round by round (fixtures.ab_sides), one
     pair per invocation: side label -> one {entry: median s} per pair, "failed" -> the tests that
-    failed, "confirming" -> confirming_pairs. Each side's environment goes to its own workers only."""
-    cmd = [sys.executable, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "-q",
+    failed, "confirming" -> confirming_pairs. Each side's environment goes to its own workers only.
+    ``progress`` gets the session's line per finished worker run as it comes (``run 4/19 KEY: 41.2
+    s; elapsed 2:10, ETA 9:40``; pytest's -v): a session of the whole tier runs for many minutes."""
+    cmd = [sys.executable, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "-v",
            f"--numa-repeats={pairs}", f"--numa-ab-base={base.path}",
            *(f"--numa-ab-base-env={k}={v}" for k, v in base.env.items()),
            *(f"--numa-ab-head-env={k}={v}" for k, v in head.env.items()),
            f"--benchmark-json={json_path}"]
     neutral = Side(head.label, head.commit, head.path, {})  # the session's own environment: neither side's
-    proc = run_child(cmd, head.path, _env(neutral), f"pytest on {head.label} (with {base.label}'s workers)")
+    def relay(line: str) -> None:
+        if progress is not None and line.startswith(STATUS_PREFIX):
+            progress(line[len(STATUS_PREFIX):])
+    proc = run_child(cmd, head.path, _env(neutral), f"pytest on {head.label} (with {base.label}'s workers)", relay)
     if proc.returncode not in (0, 1) or not json_path.is_file():
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
         if "unrecognized arguments: --numa-repeats" in tail or "unrecognized arguments: --numa-ab-base" in tail:
@@ -424,7 +460,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            head_env: dict[str, str] | None = None, cwd: Path | None = None,
            progress: Callable[[str], None] = lambda line: None, invoke_one: InvokeOne = invoke,
            build_side: Callable[[Side], str] = build, interleave: str = "rounds",
-           invoke_both: InvokeInterleaved = invoke_interleaved, head_axis: str | None = None,
+           invoke_both: InvokeInterleaved | None = None, head_axis: str | None = None,
            session_json: Path | None = None, max_pairs: int = 0, target_pct: float = 3.0,
            confirm_pairs: int = 0, workers: str = "forked") -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
@@ -470,6 +506,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     head_args, head_suffix = head_axis_args(head_axis, pytest_args)
     if head_axis:
         interleave = "invocations"  # the sides run different cases: no round of one matches the other's
+    if invoke_both is None:
+        invoke_both = functools.partial(invoke_interleaved, progress=progress)
     repo = repo_root(cwd or Path.cwd())
     tmp = Path(tempfile.mkdtemp(prefix="numabench-ab-"))
     when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
