@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from numabench.cases import Case
     from numabench.families.base import Family
 
-STATUS_PREFIX = "numabench: "  # a run's progress lines start so (fixtures/progress.py); numabench ab relays them
 MODEL_GBPS = {"gpu": 20.0, "cpu": 8.0}  # bytes moved per round: PCIe H2D+D2H / host memory, conservative
 MODEL_PLACE_GBPS = 2.0  # first touch + cudaHostRegister of the placed state
 # interpreter, torch import, CUDA context, correctness checks, ceilings, teardown (H100 VM,

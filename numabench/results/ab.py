@@ -52,7 +52,6 @@ import psutil
 
 from numabench.errors import UsageError
 from numabench.interrupts import stops_held
-from numabench.plan import STATUS_PREFIX
 from numabench.kernels.builder_tree import live_descendants
 from numabench.results import storage
 from numabench.gate.rule import SLOWER
@@ -63,6 +62,7 @@ from numabench.results import ab_verdict
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
 # where an A/B run's time went, in seconds: each side's build, the measuring, all of it
 TIMINGS = ("build_base", "build_head", "measuring", "total")
+STATUS_PREFIX = "numabench: "  # how a run's progress lines start (fixtures/progress.py): the ones relayed
 INTERLEAVE = ("rounds", "invocations")  # how base and head take turns (module docstring)
 WORKERS = ("forked", "exec")  # rounds mode: workers forked from a server per side (--numa-forkserver), or exec'd
 AB_BASE_KEY = "ab_base"  # extra_info of an entry of a rounds-interleaved session (fixtures.ab_sides)
