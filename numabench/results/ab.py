@@ -257,12 +257,8 @@ def _stop_child(proc: subprocess.Popen, drain: bool = True) -> None:
         proc.terminate()
     while proc.poll() is None and time.monotonic() < deadline:
         tree.update((p.pid, p) for p in live_descendants(proc.pid))
-        if drain:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.communicate(timeout=0.1)  # reading on, so a full pipe cannot hold it
-        else:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=0.1)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # reading on, so a full pipe cannot hold it
+            proc.communicate(timeout=0.1) if drain else proc.wait(timeout=0.1)
     if proc.poll() is None:
         tree.update((p.pid, p) for p in live_descendants(proc.pid))
         proc.kill()
