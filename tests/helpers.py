@@ -99,18 +99,34 @@ def scratch_left(tmpdir: Path) -> list[str]:
     return sorted(p.name for p in tmpdir.glob("numabench-run-*"))
 
 
+def cmdline_of(p: psutil.Process | int) -> str:
+    """The process's command line, or "" once it has ended (it may end between any two calls)."""
+    try:
+        return " ".join((p if isinstance(p, psutil.Process) else psutil.Process(p)).cmdline())
+    except psutil.Error:
+        return ""
+
+
+def running(p: psutil.Process | int) -> bool:
+    """Whether the process still runs (not ended, not a zombie); it may end between any two calls."""
+    try:
+        proc = p if isinstance(p, psutil.Process) else psutil.Process(p)
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def descendants_of(pid: int) -> list[psutil.Process]:
+    """The process's descendants, or [] once it has ended."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
 def workers_of(pid: int) -> list[psutil.Process]:
     """The numabench workers among the process's descendants."""
-    try:
-        kids = psutil.Process(pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    out = []
-    for p in kids:
-        with contextlib.suppress(psutil.Error):
-            if any("numabench.workers.main" in a for a in p.cmdline()):
-                out.append(p)
-    return out
+    return [p for p in descendants_of(pid) if "numabench.workers.main" in cmdline_of(p)]
 
 
 def wait_for_workers(proc: subprocess.Popen, timeout_s: float = 120.0) -> list[psutil.Process]:

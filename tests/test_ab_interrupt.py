@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import dispositions
+from helpers import dispositions, running
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ def test_a_signal_mid_ab_removes_its_worktrees_and_ends_in_one_line(tmp_path, si
     assert worktrees(repo) == [f"worktree {repo}"]
     assert not list(scratch.iterdir()), sorted(p.name for p in scratch.iterdir())
     time.sleep(0.5)
-    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert not [c.pid for c in children if running(c)]
 
 
 def interrupt_run_child_once_ready(child: str, ready: Path, cwd: Path, relayed: bool = False) -> None:

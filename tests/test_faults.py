@@ -14,9 +14,9 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
+from helpers import cmdline_of, descendants_of, running
 from numabench import faults
 from numabench.cases import Case
 from numabench.errors import UsageError, WorkerError
@@ -36,8 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE}
+    return {p.pid for p in descendants_of(os.getpid()) if running(p)}
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +47,7 @@ def no_process_left():
     while descendants() - before and time.monotonic() < deadline:
         time.sleep(0.05)
     left = descendants() - before
-    assert not left, [psutil.Process(p).cmdline() for p in left if psutil.pid_exists(p)]
+    assert not left, [(p, cmdline_of(p)) for p in left]
 
 
 def two_ranks(fault: str, timeout_s: float = 30.0) -> WorkerGroup:
@@ -69,7 +68,7 @@ def drive(group: WorkerGroup, steps: int = 5) -> None:
 def assert_all_dead(group: WorkerGroup) -> None:
     for p in group.procs:
         assert p.poll() is not None, f"worker {p.pid} still running"
-        assert not psutil.pid_exists(p.pid) or psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE
+        assert not running(p.pid), f"worker {p.pid} still running"
 
 
 def normal_case_runs() -> None:
@@ -147,10 +146,9 @@ def test_workers_die_with_a_parent_killed_without_cleanup(tmp_path):
     assert [p.name[:14] for p in tmp_path.iterdir()] == ["numabench-run-"]  # what a SIGKILLed parent leaves
     pids = json.loads(out.stdout)
     deadline = time.monotonic() + 5
-    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids) \
-            and time.monotonic() < deadline:
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not [p for p in pids if running(p)]
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -232,7 +232,7 @@ def test_a_session_stopped_mid_case_leaves_no_server_and_no_worker(tmp_path, sig
     """A run with --numa-forkserver stopped inside a case (its worker hanging at step 1): the
     session's server and the worker forked from it end with it, SIGKILL included (they die
     with their parents), and no scratch folder is left."""
-    from helpers import end_child, scratch_left, start_child
+    from helpers import cmdline_of, descendants_of, end_child, running, scratch_left, start_child
 
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -243,29 +243,22 @@ def test_a_session_stopped_mid_case_leaves_no_server_and_no_worker(tmp_path, sig
         deadline = time.monotonic() + 120
         tree: list[psutil.Process] = []
         while time.monotonic() < deadline and proc.poll() is None:
-            tree = psutil.Process(proc.pid).children(recursive=True)
-            if any("forkclient.py" in " ".join(p.cmdline()) for p in tree if _alive(p)) and len(tree) >= 3:
+            tree = descendants_of(proc.pid)
+            if any("forkclient.py" in cmdline_of(p) for p in tree if running(p)) and len(tree) >= 3:
                 break
             time.sleep(0.05)
         else:
             raise AssertionError(f"no forked worker started (exit code {proc.poll()})")
         time.sleep(0.5)  # the worker is past its set-up, hanging in its first step
-        tree = psutil.Process(proc.pid).children(recursive=True)
+        tree = descendants_of(proc.pid)
         proc.send_signal(sig)
         proc.communicate(timeout=60)
         left = [p for p in tree if not gone(p.pid, timeout=10)]
-        assert not left, f"left running: {[(p.pid, p.cmdline()) for p in left]}"
+        assert not left, f"left running: {[(p.pid, cmdline_of(p)) for p in left]}"
         if sig != signal.SIGKILL:  # a killed session cannot remove its folder; the next run does
             assert not scratch_left(tmpdir)
     finally:
         end_child(proc)
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def test_a_forked_worker_takes_its_own_tmpdir_not_the_servers(side, servers, tmp_path):
