@@ -278,6 +278,9 @@ class CaseResult:
     affinity: list[list[int]] = field(default_factory=list)
     # each rank's memory per NUMA node after set-up, as numastat -p counts it (SetupDone.node_memory)
     node_memory: list["NodeMemory | None"] = field(default_factory=list)
+    # per invocation, the CPU each rank ran most of its timed steps on (None: its worker did not
+    # say): fresh workers that differ by where the OS put them show it here
+    invocation_cpus: list[list[int | None]] = field(default_factory=list)
 
     def median(self, phase: str) -> float:
         return statistics.median(self.phases[phase])

@@ -8,6 +8,7 @@ environment reaches the head's workers only. And the options' bad values."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -68,6 +69,9 @@ def test_the_base_side_runs_the_base_checkouts_workers_round_by_round(tmp_path, 
     assert not left, f"processes of the base checkout left running: {left}"
     head, base = extra["invocation_medians_s"], extra["ab_base"]["invocation_medians_s"]
     assert len(head) == len(base) == 2  # one pair per invocation
+    cpus = [extra["invocation_cpus"], extra["ab_base"]["invocation_cpus"]]  # each side's worker, each pair
+    assert [len(c) for c in cpus] == [2, 2] and all(cpu in os.sched_getaffinity(0) for c in cpus
+                                                    for inv in c for cpu in inv), cpus
     assert all(b - h > SLEEP_S / 2 for b, h in zip(base, head)), (head, base)
     assert all(h < SLEEP_S / 2 for h in head)
     assert extra["rounds"] == 6 and extra["injected_slowdown"] == 1.01  # the head's rounds are the entry

@@ -21,7 +21,9 @@ def pool_invocations(runs: list[CaseResult]) -> CaseResult:
     phases = {ph: [v for inv in invocations for v in inv[ph]] for ph in first.phases}
     per_rank = [{ph: [v for r in runs for v in r.per_rank[i][ph]] for ph in first.per_rank[i]}
                 for i in range(len(first.per_rank))]
-    return dataclasses.replace(first, phases=phases, per_rank=per_rank, invocations=invocations)
+    cpus = [c for r in runs for c in r.invocation_cpus]
+    return dataclasses.replace(first, phases=phases, per_rank=per_rank, invocations=invocations,
+                               invocation_cpus=cpus)
 
 
 def pool_by_variant(invocations: Iterable[list[CaseResult]]) -> dict[tuple, CaseResult]:

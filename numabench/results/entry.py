@@ -9,6 +9,7 @@ policy``, one key per further axis (impl, schedule, ...) and per knob set to oth
 entry also ``launcher, placement, per_rank_median_s, rounds, run_fixed_s, run_fixed_parts_s,
 run_step_wall_s, invocation_medians_s, invocation_machines``, ``node_memory_per_rank`` (each
 rank's memory per NUMA node after set-up by numastat's categories: huge, heap, stack, private),
+``invocation_cpus`` (per invocation, the CPU each rank ran most of its timed steps on),
 under the ``place`` axis each rank's kinds in ``placement[i]["kinds"]`` (and ``place_note`` on a
 machine of one memory node), and (with an injected slowdown) ``injected_slowdown``; then the
 family's metrics (bytes, GB/s, limits, ...).
@@ -18,6 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from numabench.gate.invocations import INVOCATION_MACHINES, INVOCATION_MEDIANS
+
+INVOCATION_CPUS = "invocation_cpus"
 
 if TYPE_CHECKING:
     from numabench.cases import Case, CaseResult
@@ -82,6 +85,8 @@ def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, met
     }
     if any(m is not None for m in result.node_memory):
         extra["node_memory_per_rank"] = [m.to_dict() if m is not None else None for m in result.node_memory]
+    if any(c is not None for inv in result.invocation_cpus for c in inv):
+        extra[INVOCATION_CPUS] = result.invocation_cpus
     if result.slowdown != 1.0:
         extra["injected_slowdown"] = result.slowdown
     return extra

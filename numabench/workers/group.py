@@ -44,6 +44,7 @@ class WorkerGroup:
         self.closed = False
         self.doing = "start"  # the request in flight, named in every failure: setup, step N
         self._steps = 0
+        self.step_cpus: list[int | None] = []  # the CPU each rank said it ended its last step on
         self.procs: list[subprocess.Popen] = []
         self._stderr = []
         self._buffers: list[bytes] = []
@@ -173,7 +174,9 @@ class WorkerGroup:
         """One lockstep round; ``payload`` (e.g. the variant) goes to every rank."""
         self._steps += 1
         self.doing = f"step {self._steps}"
-        return [r["times"] for r in self.request({"op": OP_STEP, **(payload or {})}, timeout_s)]
+        replies = self.request({"op": OP_STEP, **(payload or {})}, timeout_s)
+        self.step_cpus = [r.get("cpu") if isinstance(r.get("cpu"), int) else None for r in replies]
+        return [r["times"] for r in replies]
 
     def ask_exit(self) -> None:
         """Ask every worker to exit, without waiting (close waits): several groups asked first

@@ -22,6 +22,7 @@ gives SIGINT and SIGTERM their defaults where its caller ignored them
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -49,12 +50,27 @@ def die_with_parent() -> None:
     """SIGKILL this process when the parent that started it goes away."""
     parent = os.getppid()
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
+        libc = _libc()
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):
         return
     if os.getppid() != parent:  # the parent already went before prctl took effect
         os._exit(1)
+
+
+def current_cpu() -> int | None:
+    """The CPU this thread runs on now (sched_getcpu), None where libc cannot say: which CPU a
+    single-threaded step ran on explains a process that is slower than its twin."""
+    try:
+        cpu = int(_libc().sched_getcpu())
+    except (OSError, AttributeError):
+        return None
+    return cpu if cpu >= 0 else None
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def check_affinity(spec: WorkerSpec) -> list[int]:
@@ -128,7 +144,7 @@ def main() -> int:
                 nstep += 1
                 faultlib.fire(faults, "step", nstep, rank, gpu)
                 times = check_step(worker.step(msg.get("variant") or None), family(key).step_names())
-                reply = {"ok": True, "times": times}
+                reply = {"ok": True, "times": times, "cpu": current_cpu()}
             elif op == OP_EXIT:
                 if worker is not None:
                     worker.close()

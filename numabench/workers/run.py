@@ -7,6 +7,7 @@ a data-parallel step), as the seed benchmark does.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import sys
@@ -182,12 +183,16 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
                     _side_call(by_label[label], sides, groups[label].step, payload)
         per_rank = {label: [[dict() for _ in ranks] for _ in variants] for label in labels}
         phases: dict[str, list[dict[str, list[float]]]] = {label: [dict() for _ in variants] for label in labels}
+        step_cpus = {label: [collections.Counter() for _ in ranks] for label in labels}  # timed steps per CPU
         for n in range(rounds):
             for label in round_order(labels, n):
                 for k, payload in enumerate(payloads):
                     if rewarm:
                         _side_call(by_label[label], sides, groups[label].step, payload)
                     times = _side_call(by_label[label], sides, groups[label].step, payload)
+                    for i, cpu in enumerate(groups[label].step_cpus):
+                        if cpu is not None:
+                            step_cpus[label][i][cpu] += 1
                     for i, t in enumerate(times):
                         for ph, v in t.items():
                             per_rank[label][k][i].setdefault(ph, []).append(v)
@@ -205,6 +210,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
                     phases=phases[s.label][k], per_rank=per_rank[s.label][k],
                     setup_info=[d.info for d in dones[s.label]], affinity=[d.affinity for d in dones[s.label]],
                     node_memory=[d.node_memory for d in dones[s.label]],
+                    invocation_cpus=[[c.most_common(1)[0][0] if c else None for c in step_cpus[s.label]]],
                     placement=placements[s.label], launcher=how + (" (forked)" if s.fork_socket else ""),
                     commands=commands[s.label], slowdown=slowdowns[s.label],
                     extra=place_note(case, topology)))
