@@ -307,7 +307,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave,
                  head_axis=ns.head_axis, session_json=session_path, max_pairs=ns.max_pairs,
                  target_pct=parse_positive_pct(ns.target_resolution, "--target-resolution"),
-                 confirm_pairs=confirm_pairs(ns), workers=ns.workers)
+                 confirm_pairs=confirm_pairs(ns), workers=ns.workers, same_cpus=ns.same_cpus)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -651,6 +651,10 @@ def build_parser() -> OneLineParser:
     p.add_argument("--workers", choices=("forked", "exec"), default="forked",
                    help="rounds mode: each side's workers forked from a server that imported the side's code once "
                         "(default), or each started as a fresh interpreter (exec)")
+    p.add_argument("--same-cpus", action="store_true", default=False,
+                   help="rounds mode: each rank of a family whose step runs on few threads (pinned_alloc, transfer, "
+                        "touch) runs on that many CPUs, the same ones for both sides of a pair and others for the "
+                        "next, instead of wherever the OS puts each fresh worker")
     p.add_argument("--interleave", choices=("rounds", "invocations"), default="rounds",
                    help="rounds (default): one session of the head, every case timed by both sides' workers, "
                         "rounds alternating; invocations: whole pytest invocations of each side in ABBA order "

@@ -100,12 +100,18 @@ def test_run_ab_asks_its_session_for_confirming_pairs_and_forked_workers(repo): 
     run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", invoke_both=invoke_both,
            workers="exec")
     assert seen[-1] == ["benchmarks"]
+    same = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "",
+                  invoke_both=invoke_both, workers="exec", same_cpus=True)
+    assert seen[-1] == ["benchmarks", "--numa-ab-same-cpus"]
+    assert from_json(json.loads(json.dumps(to_json(same)))).same_cpus and not again.same_cpus
+    assert "both sides of a pair on the same CPUs" in render_text(same)
     for kwargs, message in (({"confirm_pairs": 1}, "--confirm-pairs 1: allowed 0"),
                             ({"confirm_pairs": 3, "interleave": "invocations"}, "with --interleave=rounds"),
-                            ({"workers": "spawn"}, "--workers spawn: allowed forked, exec")):
+                            ({"workers": "spawn"}, "--workers spawn: allowed forked, exec"),
+                            ({"same_cpus": True, "interleave": "invocations"}, "--same-cpus binds both sides")):
         with pytest.raises(UsageError, match=message):
             run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", **kwargs)
-    for taken in ("--numa-ab-confirm=2", "--numa-forkserver"):
+    for taken in ("--numa-ab-confirm=2", "--numa-forkserver", "--numa-ab-same-cpus"):
         with pytest.raises(UsageError, match="numabench ab sets it"):
             run_ab("HEAD~1", "HEAD", ["benchmarks", taken], pairs=3, cwd=repo, build_side=lambda s: "")
 

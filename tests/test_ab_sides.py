@@ -112,10 +112,31 @@ def test_rewarm_runs_an_untimed_step_before_every_timed_one(tmp_path, rewarm):
     (["--numa-ab-no-rewarm"], "--numa-ab-no-rewarm needs --numa-ab-base=CHECKOUT"),
     ([f"--numa-ab-base={ROOT}", "--numa-ab-head-env=X"], "--numa-ab-head-env 'X': allowed NAME=VALUE"),
     ([f"--numa-ab-base={ROOT}", "--benchmark-compare"], "allowed one of them"),
-], ids=["not-a-checkout", "env-without-base", "rewarm-without-base", "env-without-value", "with-compare"])
+    (["--numa-ab-same-cpus"], "--numa-ab-same-cpus needs --numa-ab-base=CHECKOUT"),
+], ids=["not-a-checkout", "env-without-base", "rewarm-without-base", "env-without-value", "with-compare",
+        "same-cpus-without-base"])
 def test_bad_ab_options_are_usage_errors(args, message):
     proc = subprocess.run([*SESSION, *args, "--collect-only"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 4 and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_with_same_cpus_both_sides_of_a_pair_run_on_the_pairs_cpus(tmp_path):
+    """touch steps on one thread (Family.step_threads): each pair's two workers are bound to one CPU,
+    the one ab_pair_cpus gives that pair, and say they ran there."""
+    from numabench.families.base import ab_pair_cpus
+
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={ROOT}", "--numa-ab-same-cpus",
+                           f"--benchmark-json={out}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (entry,) = json.loads(out.read_text())["benchmarks"]
+    extra = entry["extra_info"]
+    topo = discover("/")
+    fam = family("touch")
+    ranks = fam.ranks(Case("touch", 1, 1 << 20, parse_policies("default")[0], "fp32"), topo)
+    allowed = sorted(os.sched_getaffinity(0))
+    want = [[ab_pair_cpus(ranks, topo, allowed, 1, pair)[0].cpus[0]] for pair in range(2)]
+    assert extra["invocation_cpus"] == extra["ab_base"]["invocation_cpus"] == want
 
 
 def test_rounds_alternate_which_side_steps_first():

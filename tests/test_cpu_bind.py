@@ -110,3 +110,23 @@ def test_two_gloo_ranks_each_on_its_own_cores():
     assert not set(cpus_a) & set(cpus_b)
     assert a.threads == len(ranks[0].cpus) and b.threads == len(ranks[1].cpus)
     assert FAM.metrics(res, "step")["cpus_per_rank"] == [cpus_a, cpus_b]
+
+
+def test_ab_pair_cpus_gives_each_rank_its_own_cores_moving_on_pair_by_pair():
+    from numabench.cases import Rank
+    from numabench.families.base import ab_pair_cpus
+
+    dgx = dataclasses.replace(topo("dgx-2socket-8gpu"), core_of={c: c % 112 for c in range(224)})
+    ranks = [Rank(0, 0, 0, 0), Rank(1, 1, 0, 0), Rank(2, 4, 1, 1)]
+    every = list(range(224))
+    assert [r.cpus for r in ab_pair_cpus(ranks, dgx, every, 1, 0)] == [(0,), (1,), (56,)]
+    assert [r.cpus for r in ab_pair_cpus(ranks, dgx, every, 1, 1)] == [(2,), (3,), (57,)]  # the next cores
+    assert [r.cpus for r in ab_pair_cpus(ranks, dgx, every, 2, 0)] == [(0, 1), (2, 3), (56, 57)]
+    # around the node's 56 cores, never an SMT sibling (c + 112) of a chosen core
+    assert [r.cpus for r in ab_pair_cpus(ranks, dgx, every, 1, 28)] == [(0,), (1,), (0 + 56 + 28,)]
+    # only the CPUs this process may use
+    assert ab_pair_cpus(ranks[:1], dgx, [5, 6, 117], 1, 0)[0].cpus == (5,)
+    with pytest.raises(ValueError, match=r"rank 0: none of its CPUs .* is allowed here \(\[200\]\)"):
+        ab_pair_cpus(ranks[:1], dgx, [200], 1, 0)
+    # a rank bound to no node: any allowed CPU
+    assert ab_pair_cpus([Rank(0, None, None, None)], dgx, [7, 9], 1, 1)[0].cpus == (9,)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from numabench.cases import (
     DTYPES,
@@ -273,6 +273,11 @@ class Family:
     spec_extra: Callable[["Case"], dict] | None = None
     # its workers pad their timed phases for NUMABENCH_INJECT_SLOWDOWN (real extra work)
     injects_slowdown: bool = False
+    # the threads its timed step runs on, where that is few and fixed (0: many, or not fixed): in a
+    # same-runner A/B with --numa-ab-same-cpus each rank of both sides runs on this many CPUs,
+    # the same ones for both sides of a pair (ab_pair_cpus), so that which CPUs the OS gives a
+    # fresh worker cannot tell the sides apart
+    step_threads: int = 0
     # the phases whose times add up to one round (None: all of them); for the time plan
     round_phases: tuple[str, ...] | None = None
     # the host state kinds a case keeps per rank (numabench.numa.place.TENSOR_KINDS), which the
@@ -447,6 +452,29 @@ def rank_core_shares(ranks: list[Rank], topology: "Topology") -> dict[int, tuple
         for j, r in enumerate(on_node):
             shares[r.index] = tuple(core[0] for core in cores[j * per:(j + 1) * per])
     return shares
+
+
+def ab_pair_cpus(ranks: list[Rank], topology: "Topology", allowed: Sequence[int], per_rank: int,
+                 pair: int) -> list[Rank]:
+    """``ranks`` each narrowed to ``per_rank`` CPUs for pair number ``pair`` of a same-runner A/B:
+    physical cores of its own CPUs (its ``cpus``, else its CPU node's, else ``allowed``), the first
+    SMT sibling of each (two threads never share a core), ranks of one node on disjoint cores where
+    there are enough, and the choice moving on by whole sets from pair to pair, so that the pairs
+    sample the machine's cores while both sides of one pair run on the same ones."""
+    if per_rank < 1:
+        raise ValueError(f"{per_rank} CPUs per rank: allowed 1 or more")
+    allowed_set = set(allowed)
+    out = []
+    for r in ranks:
+        own = r.cpus or (topology.node(r.cpu_node).cpus if r.cpu_node is not None else allowed)
+        cores = [c[0] for c in topology.physical_cores([c for c in own if c in allowed_set])]
+        if not cores:
+            raise ValueError(f"rank {r.index}: none of its CPUs {sorted(own)} is allowed here ({sorted(allowed)})")
+        sharing = [o.index for o in ranks if (o.cpus or o.cpu_node) == (r.cpus or r.cpu_node)]
+        start = (pair * len(sharing) + sharing.index(r.index)) * per_rank
+        chosen = tuple(sorted({cores[(start + j) % len(cores)] for j in range(per_rank)}))
+        out.append(Rank(r.index, r.gpu, r.own_node, r.cpu_node, chosen))
+    return out
 
 
 @dataclass

@@ -113,6 +113,7 @@ class ABResult:
     target_pct: float | None = None
     confirm_pairs: int = 0  # fresh pairs for a worker run whose first pairs judged an entry changed (0: none)
     workers: str = "exec"  # WORKERS: how each pair's workers started (forked from a server per side, or exec'd)
+    same_cpus: bool = False  # each pair's two sides on the same CPUs (families with Family.step_threads)
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -458,7 +459,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            build_side: Callable[[Side], str] = build, interleave: str = "rounds",
            invoke_both: InvokeInterleaved | None = None, head_axis: str | None = None,
            session_json: Path | None = None, max_pairs: int = 0, target_pct: float = 3.0,
-           confirm_pairs: int = 0, workers: str = "forked") -> ABResult:
+           confirm_pairs: int = 0, workers: str = "forked", same_cpus: bool = False) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -472,7 +473,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     numabench.results.ab_verdict). ``confirm_pairs`` (rounds mode; 0: none): a worker run whose
     pairs judge an entry slower or faster runs that many fresh pairs more, and its entries are
     judged on all of them. ``workers`` (rounds mode): "forked" from one server per side
-    (``--numa-forkserver``), or "exec" (each a fresh interpreter). ``session_json``: where to keep
+    (``--numa-forkserver``), or "exec" (each a fresh interpreter). ``same_cpus`` (rounds mode): each
+    rank of a family that steps on few threads runs on as many CPUs, the same for both sides of a
+    pair (``--numa-ab-same-cpus``). ``session_json``: where to keep
     the rounds mode's session (its pytest-benchmark JSON: both sides' medians and each run's costs,
     for time plans)."""
     if pairs < 2:
@@ -487,6 +490,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         raise UsageError(f"--confirm-pairs {confirm_pairs}: allowed 0 (none) or a number >= 2, with "
                          "--interleave=rounds and without --head-axis (confirming pairs are per worker run of one "
                          "session)")
+    if same_cpus and (interleave != "rounds" or head_axis):
+        raise UsageError("--same-cpus binds both sides of a pair of the rounds mode's session: allowed with "
+                         "--interleave=rounds and without --head-axis")
     if max_pairs and (max_pairs < pairs or interleave != "rounds" or head_axis):
         raise UsageError(f"--max-pairs {max_pairs}: allowed a number >= --pairs ({pairs}), with --interleave=rounds "
                          "and without --head-axis (further pairs are per worker run of one session)")
@@ -494,7 +500,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                                                            "--numa-ab-head-env", "--benchmark-compare",
                                                            "--numa-ab-max-pairs", "--numa-ab-target",
                                                            "--numa-ab-confidence", "--numa-ab-confirm",
-                                                           "--numa-ab-threshold", "--numa-forkserver")]
+                                                           "--numa-ab-threshold", "--numa-forkserver",
+                                                           "--numa-ab-same-cpus")]
     if taken:
         raise UsageError(f"pytest argument {taken[0]}: numabench ab sets it (pairs: --pairs, --max-pairs, "
                          "--confirm-pairs; environments: --base-env, --head-env; workers: --workers); allowed the "
@@ -529,6 +536,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                     further.append(f"--numa-ab-confidence={confidence:g}")
                 if workers == "forked":
                     further.append("--numa-forkserver")
+                if same_cpus:
+                    further.append("--numa-ab-same-cpus")
                 measured = invoke_both(sides["base"], sides["head"], [*pytest_args, *further], pairs, tmp / "ab.json")
                 if session_json is not None and (tmp / "ab.json").is_file():
                     shutil.copyfile(tmp / "ab.json", session_json)
@@ -546,7 +555,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         if max_pairs > pairs:
             res.max_pairs, res.target_pct = max_pairs, target_pct
         if interleave == "rounds":
-            res.confirm_pairs, res.workers = confirm_pairs, workers
+            res.confirm_pairs, res.workers, res.same_cpus = confirm_pairs, workers, same_cpus
         res.missing += measured.get("failed", [])
         for line in measured.get("failed", []):
             progress(f"not measured: {line}")

@@ -62,6 +62,7 @@ def headline(res: ABResult) -> str:
 
 def rule_line(res: ABResult) -> str:
     started = {"forked": ", forked from a server per side", "exec": ""}.get(res.workers, "")
+    started += ", both sides of a pair on the same CPUs where a family steps on few threads" if res.same_cpus else ""
     how = f"pairs of fresh workers{started}, rounds alternating between the sides" if res.interleave == "rounds" \
         else "pairs of invocations in ABBA order"
     return (f"{res.pairs} {how}; ratio head/base: geometric mean of the pair ratios, "
@@ -175,7 +176,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "counts": counts(res),
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
         "timings_s": dict(res.timings_s), "max_pairs": res.max_pairs, "target_resolution_pct": res.target_pct,
-        "confirm_pairs": res.confirm_pairs, "workers": res.workers,
+        "confirm_pairs": res.confirm_pairs, "workers": res.workers, "same_cpus": res.same_cpus,
         "entries": [{
             "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "pairs": len(r.base_s),
             "confirmation_pairs": r.confirmation_pairs, "ratio": r.ratio,
@@ -216,7 +217,8 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        target_pct=None if data.get("target_resolution_pct") is None
                        else float(data["target_resolution_pct"]),
                        # saved before either existed: no confirming pairs, exec'd workers
-                       confirm_pairs=int(data.get("confirm_pairs") or 0), workers=str(data.get("workers") or "exec"))
+                       confirm_pairs=int(data.get("confirm_pairs") or 0), workers=str(data.get("workers") or "exec"),
+                       same_cpus=bool(data.get("same_cpus")))
         for e in data["entries"]:
             low, high = e["interval"]
             numbers = [e["ratio"], low, high, *e["base_medians_s"], *e["head_medians_s"]]

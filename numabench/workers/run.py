@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import os
 import sys
 import time
 from typing import Any, Sequence
@@ -17,7 +18,7 @@ from typing import Any, Sequence
 from numabench import faults as faultlib
 from numabench.cases import Case, CaseResult, Rank, RankPlacement, retired_env_error
 from numabench.errors import PlacementError, UsageError, WorkerError
-from numabench.families.base import Family, WorkerSpec
+from numabench.families.base import Family, WorkerSpec, ab_pair_cpus
 from numabench.replies import SetupDone
 from numabench.machine.capabilities import Capabilities
 from numabench.machine.topology import Topology
@@ -71,7 +72,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
               spec_extra: dict[str, Any] | None = None, rank_nodes: list[int] | None = None,
               rank_gpus: list[int] | None = None,
               verified: dict[str, dict[str, Any] | None] | None = None,
-              rewarm: bool = False) -> dict[str, list[CaseResult]]:
+              rewarm: bool = False, same_cpus_pair: int | None = None) -> dict[str, list[CaseResult]]:
     """run_variants for several sides at once (numabench.workers.sides: whose code the workers
     run): each side's workers start and set up together, each side's placement is checked, and
     the timed rounds alternate between the sides (A B, B A, ...) and, inside a side, between the
@@ -79,7 +80,10 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
     results by its label. ``verified``: per side label, as run_variants' (a side's own checks).
     ``rewarm``: every timed step comes right after an untimed one of the same variant on the same
     workers, so that it starts from what its own side left (its arrays in the cache, its threads
-    awake), as a plain run's rounds do, rather than from what the other side's round left."""
+    awake), as a plain run's rounds do, rather than from what the other side's round left.
+    ``same_cpus_pair``: the pair's number in a same-runner A/B whose sides share CPUs: each rank of
+    a family with ``step_threads`` runs on that many CPUs, the same for every side
+    (numabench.families.base.ab_pair_cpus)."""
     if not sides or len({s.label for s in sides}) != len(sides):
         raise ValueError(f"sides {[s.label for s in sides]}: allowed one or more, each label once")
     ranks: list[Rank] = family.ranks(case, topology)
@@ -87,6 +91,8 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         ranks = [Rank(r.index, r.gpu, n, n) for r, n in zip(ranks, rank_nodes)]
     if rank_gpus is not None:
         ranks = [dataclasses.replace(r, gpu=g) for r, g in zip(ranks, rank_gpus)]
+    if same_cpus_pair is not None and family.step_threads:
+        ranks = ab_pair_cpus(ranks, topology, sorted(os.sched_getaffinity(0)), family.step_threads, same_cpus_pair)
     # the workers pad their phases; checked here before any starts
     slowdowns = {s.label: slowdown_factor(s.environment()) for s in sides}
     retired = retired_env_error()  # a knob's old variable: the workers no longer read it
@@ -249,8 +255,6 @@ def _side_call(side: WorkerSide, sides: Sequence[WorkerSide], fn: Any, *args: An
 def _kind_placement(rank: Rank, policy, place: Place, done: SetupDone, family: Family, case: Case,
                     tolerance_pp: float) -> RankPlacement:
     """A rank's placement under ``place``: its kinds judged (numabench.numa.kind_check), one verdict of them."""
-    import os
-
     records = done.info.kinds
     if records is None:
         raise PlacementError(f"rank {rank.index} of {case.id} reported no placement per kind: its family's worker "
