@@ -4,7 +4,8 @@ Guest: 2 vCPUs, nodes "1G,cpus=0 1G,cpus=1 1G" (node 2 CPU-less, like a CXL
 expander), distances 0-1 21, 0-2 14, 1-2 24. Booted by .ci/guest/run-in-guest
 (virtme-ng) with Debian's 6.12 kernel (weighted interleave) and 6.1 (none).
 Each boot runs tests/guest/guest_checks.py, which prints one JSON result; the
-tests here judge it. Three boots in all (6.12 checks, 6.1 checks, exit code).
+tests here judge it. Besides the checks' boots, one boots the exit code's test and one
+the boot-again test's.
 
 Prepare once with ``bash .ci/guest/setup``; run with ``.venv/bin/python -m pytest tests/guest -m guest``.
 Without ``-m guest`` (a plain ``pytest tests``) these are skipped, saying so. With
@@ -123,6 +124,41 @@ def test_exit_code_and_output_come_back():
     assert out.returncode == 7, out.stderr
     assert "to-stdout" in out.stdout and "repo-visible" in out.stdout, out.stdout
     assert "to-stderr" in out.stderr, out.stderr
+
+
+def _vng_shim(tmp_path: Path, failures: int) -> tuple[dict, Path]:
+    """A venv whose vng fails its first ``failures`` calls as a guest dying at boot does (exit 255,
+    nothing run), then is the real vng; the environment that makes run-in-guest use it, and the
+    file that counts the calls."""
+    real = shutil.which("vng", path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    calls = tmp_path / "calls"
+    shim = tmp_path / "venv" / "bin" / "vng"
+    shim.parent.mkdir(parents=True)
+    shim.write_text(f"""#!/bin/bash
+echo x >> {calls}
+if [ "$(wc -l < {calls})" -le {failures} ]; then echo "qemu: died at boot"; exit 255; fi
+PATH={Path(real).parent}:$PATH exec {real} "$@"
+""")
+    shim.chmod(0o755)
+    return {**os.environ, "NUMABENCH_VENV": str(tmp_path / "venv"), "NUMABENCH_PYTHON": sys.executable}, calls
+
+
+def test_a_guest_dying_at_boot_is_booted_once_more_and_a_failing_command_is_not_rerun(tmp_path):
+    env, calls = _vng_shim(tmp_path, failures=1)
+    out = subprocess.run([str(RUN_IN_GUEST), "--timeout", str(BOOT_TIMEOUT_S), "--", "sh", "-c", "echo ran; exit 7"],
+                         capture_output=True, text=True, timeout=BOOT_TIMEOUT_S + 60, cwd=REPO, env=env)
+    assert out.returncode == 7 and out.stdout.count("ran") == 1, out.stdout + out.stderr
+    assert "the guest ended before its command started (vng exit 255" in out.stderr, out.stderr
+    assert "qemu: died at boot" in out.stderr, out.stderr  # the console's last lines say why
+    assert calls.read_text().count("x") == 2  # the command's own exit 7 is not a boot failure
+
+
+def test_a_guest_dying_at_every_boot_gives_up_after_the_second(tmp_path):
+    env, calls = _vng_shim(tmp_path, failures=99)
+    out = subprocess.run([str(RUN_IN_GUEST), "--", "true"], capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env=env)
+    assert out.returncode == 125 and calls.read_text().count("x") == 2, out.stderr
+    assert "no exit code came back (vng exit 255" in out.stderr, out.stderr
 
 
 # -- a. topology and capabilities -----------------------------------------------------
