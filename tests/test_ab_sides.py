@@ -120,14 +120,17 @@ def test_bad_ab_options_are_usage_errors(args, message):
     assert proc.returncode == 4 and message in proc.stderr, proc.stderr[-2000:]
 
 
-def test_with_same_cpus_both_sides_of_a_pair_run_on_the_pairs_cpus(tmp_path):
+@pytest.mark.parametrize("forked", [False, True], ids=["exec", "forkserver"])
+def test_with_same_cpus_both_sides_of_a_pair_run_on_the_pairs_cpus(tmp_path, forked):
     """touch steps on one thread (Family.step_threads): each pair's two workers are bound to one CPU,
-    the one ab_pair_cpus gives that pair, and say they ran there."""
+    the one ab_pair_cpus gives that pair, and say they ran there (a forked worker too: its server
+    gives it the CPUs its stand-in was started on)."""
     from numabench.families.base import ab_pair_cpus
 
     out = tmp_path / "ab.json"
     proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={ROOT}", "--numa-ab-same-cpus",
-                           f"--benchmark-json={out}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           f"--benchmark-json={out}", *(["--numa-forkserver"] if forked else [])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (entry,) = json.loads(out.read_text())["benchmarks"]
     extra = entry["extra_info"]
