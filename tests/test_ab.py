@@ -327,3 +327,26 @@ def test_tests_that_failed_in_the_session_are_listed_not_left_out(repo):
     assert res.missing == [f"FAILED {B} - WorkerError: rank 0: boom"]
     assert f"not measured: FAILED {B} - WorkerError: rank 0: boom" in lines
     assert "NOT JUDGED" in render(res) and B in render(res)
+
+
+def test_each_row_keeps_where_each_sides_workers_ran_pair_by_pair():
+    from numabench.results.ab import attach_cpus, pair_cpus
+    from numabench.results.ab_formats import from_json, to_json
+
+    run = _session_run({A: [2e-3, 2e-3, 2e-3], B: [1e-3, 1e-3, 1e-3]}, {A: [1e-3, 1e-3, 1e-3], B: [1e-3] * 3})
+    run["benchmarks"][0]["extra_info"]["invocation_cpus"] = [[3], [5], [7]]
+    run["benchmarks"][0]["extra_info"]["ab_base"]["invocation_cpus"] = [[4], [5], [None]]
+    cpus = pair_cpus(run)
+    assert cpus == {A: {"base": [[4], [5], [None]], "head": [[3], [5], [7]]}}  # B's sides did not say
+    rows, _ = judge_measured(interleaved_medians(run, 3), threshold_pct=1, confidence=0.95)
+    attach_cpus(rows, cpus)
+    by_name = {r.fullname: r for r in rows}
+    assert (by_name[A].base_cpus, by_name[A].head_cpus) == ([[4], [5], [None]], [[3], [5], [7]])
+    assert by_name[B].base_cpus is None and by_name[B].head_cpus is None
+    res = ABResult(Side("main", "abc", None, {}), Side("HEAD", "def", None, {}), 3, 1.0, 0.95, rows=rows)
+    data = json.loads(json.dumps(to_json(res)))
+    again = {r.fullname: r for r in from_json(data).rows}
+    assert again[A].head_cpus == [[3], [5], [7]] and again[B].base_cpus is None
+    data["entries"][0]["base_cpus"] = [["x"]]
+    with pytest.raises(ValueError, match=r"CPUs per pair \[\['x'\]\]: allowed a list per pair"):
+        from_json(data)

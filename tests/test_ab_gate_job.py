@@ -90,6 +90,10 @@ def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     assert {"--numa-rounds=5", "--param-sizes=4M", "test_touch"} <= set(data["selection"])
     [entry] = data["entries"]
     assert len(entry["base_medians_s"]) == len(entry["head_medians_s"]) == 2
+    # where each side's worker ran, pair by pair, in the verdicts and in the kept session
+    assert [len(entry["base_cpus"]), len(entry["head_cpus"])] == [2, 2], entry
+    [kept] = json.loads((results / "session.json").read_text())["benchmarks"]
+    assert kept["extra_info"]["invocation_cpus"] == entry["head_cpus"]
     # the exit code is what the verdict table says, whatever this machine's timings were
     slower = sum(e["verdict"] == "slower" for e in data["entries"])
     assert data["exit_code"] == out.returncode == (1 if slower else 0)

@@ -92,6 +92,9 @@ class ABRow:
     resolution_pct: float | None = None  # the interval's relative half-width (ab_verdict)
     fullname: str = ""
     confirmation_pairs: int = 0  # of its pairs, the last ones its worker run took to confirm a change (0: none)
+    # per pair, the CPU each rank's worker of that side ran its steps on (rounds mode; None: not recorded)
+    base_cpus: list[list[int | None]] | None = None
+    head_cpus: list[list[int | None]] | None = None
 
 
 @dataclass
@@ -333,6 +336,7 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
     measured = interleaved_medians(run, pairs, " ".join(pytest_args))
     measured["failed"] = failed_tests(proc.stdout)  # measured by neither side: listed, never left out silently
     measured["confirming"] = confirming_pairs(run)
+    measured["cpus"] = pair_cpus(run)
     return measured
 
 
@@ -363,6 +367,26 @@ def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str,
     if not any(measured["head"]):
         raise UsageError(f"the A/B session measured nothing: check the selection ({selection})")
     return measured
+
+
+def pair_cpus(run: dict) -> dict[str, dict[str, list]]:
+    """Entry full name -> each side's CPUs per pair (its ``invocation_cpus``), where both sides say."""
+    out = {}
+    for b in run["benchmarks"]:
+        extra = b.get("extra_info") or {}
+        head, base = extra.get("invocation_cpus"), (extra.get(AB_BASE_KEY) or {}).get("invocation_cpus")
+        if isinstance(head, list) and isinstance(base, list) and head and base:
+            out[b["fullname"]] = {"base": base, "head": head}
+    return out
+
+
+def attach_cpus(rows: Sequence[ABRow], cpus: Mapping[str, Mapping[str, list]]) -> None:
+    """Each row's sides' CPUs per pair (pair_cpus), where there is one per pair it was judged on."""
+    for row in rows:
+        found = cpus.get(row.fullname or row.name) or {}
+        base, head = found.get("base") or [], found.get("head") or []
+        if len(base) >= len(row.base_s) and len(head) >= len(row.head_s):
+            row.base_cpus, row.head_cpus = base[:len(row.base_s)], head[:len(row.head_s)]
 
 
 def confirming_pairs(run: dict) -> dict[str, int]:
@@ -552,6 +576,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                        timings_s={k: round(v, 1) for k, v in timings.items()})
         res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, pairs,
                                                measured.get("confirming"))
+        attach_cpus(res.rows, measured.get("cpus") or {})
         if max_pairs > pairs:
             res.max_pairs, res.target_pct = max_pairs, target_pct
         if interleave == "rounds":

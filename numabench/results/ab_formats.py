@@ -183,6 +183,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
             "interval": [r.low, r.high], "resolution_pct": r.resolution_pct,
             "pair_ratios": [h / b for b, h in zip(r.base_s, r.head_s)],
             "base_medians_s": list(r.base_s), "head_medians_s": list(r.head_s),
+            "base_cpus": r.base_cpus, "head_cpus": r.head_cpus,
         } for r in sorted_rows(res)],
         "summary": summary_lines(res),
     }
@@ -229,10 +230,23 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
             res.rows.append(ABRow(e["name"], [float(v) for v in e["base_medians_s"]],
                                   [float(v) for v in e["head_medians_s"]], float(e["ratio"]), float(low), float(high),
                                   e["verdict"], None if e["resolution_pct"] is None else float(e["resolution_pct"]),
-                                  e.get("fullname") or e["name"], int(e.get("confirmation_pairs") or 0)))
+                                  e.get("fullname") or e["name"], int(e.get("confirmation_pairs") or 0),
+                                  _cpus(e.get("base_cpus")), _cpus(e.get("head_cpus"))))
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{source}: not an A/B run ({type(e).__name__}: {e})") from None
     return res
+
+
+def _cpus(data: Any) -> list[list[int | None]] | None:
+    """An entry's per-pair CPUs as saved (a list per pair of a CPU or null per rank), or None
+    (saved before they were recorded, or not recorded)."""
+    if data is None:
+        return None
+    if not (isinstance(data, list) and all(isinstance(p, list) and all(c is None or (isinstance(c, int) and
+                                                                        not isinstance(c, bool) and c >= 0)
+                                                                        for c in p) for p in data)):
+        raise ValueError(f"CPUs per pair {data!r}: allowed a list per pair of a CPU number or null per rank")
+    return [list(p) for p in data]
 
 
 def render_as(res: ABResult, fmt: str) -> str:
