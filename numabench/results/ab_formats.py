@@ -240,11 +240,12 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
 def _cpus(data: Any) -> list[list[int | None]] | None:
     """An entry's per-pair CPUs as saved (a list per pair of a CPU or null per rank), or None
     (saved before they were recorded, or not recorded)."""
+    def is_cpu(c: Any) -> bool:
+        return c is None or (isinstance(c, int) and not isinstance(c, bool) and c >= 0)
+
     if data is None:
         return None
-    if not (isinstance(data, list) and all(isinstance(p, list) and all(c is None or (isinstance(c, int) and
-                                                                        not isinstance(c, bool) and c >= 0)
-                                                                        for c in p) for p in data)):
+    if not (isinstance(data, list) and all(isinstance(p, list) and all(map(is_cpu, p)) for p in data)):
         raise ValueError(f"CPUs per pair {data!r}: allowed a list per pair of a CPU number or null per rank")
     return [list(p) for p in data]
 
