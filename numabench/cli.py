@@ -307,7 +307,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave,
                  head_axis=ns.head_axis, session_json=session_path, max_pairs=ns.max_pairs,
                  target_pct=parse_positive_pct(ns.target_resolution, "--target-resolution"),
-                 confirm_pairs=confirm_pairs(ns), workers=ns.workers, same_cpus=ns.same_cpus)
+                 confirm_pairs=confirm_pairs(ns), workers=ns.workers, same_cpus=same_cpus(ns))
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -327,6 +327,16 @@ def confirm_pairs(ns: argparse.Namespace) -> int:
     if ns.confirm_pairs is not None:
         return ns.confirm_pairs
     return ns.pairs if ns.interleave == "rounds" and not ns.head_axis else 0
+
+
+def same_cpus(ns: argparse.Namespace) -> bool:
+    """numabench ab's --same-cpus: as given, by default on in the rounds mode without --head-axis.
+    Without it a side's fresh workers land on CPUs of their own (near their fork server), and a
+    family that steps on one or two threads reads the CPUs' difference as the sides' (an A/A on
+    H200 x1 judged pinned_alloc faster at 0.80 that way)."""
+    if ns.same_cpus is not None:
+        return ns.same_cpus
+    return ns.interleave == "rounds" and not ns.head_axis
 
 
 def cmd_plan(ns: argparse.Namespace) -> int:
@@ -651,10 +661,11 @@ def build_parser() -> OneLineParser:
     p.add_argument("--workers", choices=("forked", "exec"), default="forked",
                    help="rounds mode: each side's workers forked from a server that imported the side's code once "
                         "(default), or each started as a fresh interpreter (exec)")
-    p.add_argument("--same-cpus", action="store_true", default=False,
+    p.add_argument("--same-cpus", action=argparse.BooleanOptionalAction, default=None,
                    help="rounds mode: each rank of a family whose step runs on few threads (pinned_alloc, transfer, "
                         "touch) runs on that many CPUs, the same ones for both sides of a pair and others for the "
-                        "next, instead of wherever the OS puts each fresh worker")
+                        "next (default in rounds mode without --head-axis); --no-same-cpus: wherever the OS puts "
+                        "each fresh worker")
     p.add_argument("--interleave", choices=("rounds", "invocations"), default="rounds",
                    help="rounds (default): one session of the head, every case timed by both sides' workers, "
                         "rounds alternating; invocations: whole pytest invocations of each side in ABBA order "

@@ -178,3 +178,14 @@ def test_a_head_older_than_the_options_is_told_what_to_run_instead(tmp_path):
                                          r"exec for it"):
         invoke_interleaved(side, side, ["--numa-ab-confirm=2", "--numa-ab-threshold=1%", "--numa-forkserver"], 2,
                            tmp_path / "ab.json")
+
+
+@pytest.mark.parametrize("args, expected", [
+    ([], True), (["--no-same-cpus"], False), (["--same-cpus"], True),
+    (["--interleave", "invocations"], False), (["--head-axis", "place=master:bind:0"], False),
+], ids=["default", "no-same-cpus", "same-cpus", "invocations", "head-axis"])
+def test_numabench_ab_runs_both_sides_on_the_same_cpus_by_default_in_rounds_mode(args, expected):
+    # fresh workers of one side land near their fork server, on CPUs of their own: an A/A read
+    # that difference as the sides' (pinned_alloc judged faster), so rounds mode binds by default
+    from numabench.cli import build_parser, same_cpus
+    assert same_cpus(build_parser().parse_args(["ab", "HEAD", *args])) is expected
