@@ -94,6 +94,8 @@ def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     assert [len(entry["base_cpus"]), len(entry["head_cpus"])] == [2, 2], entry
     [kept] = json.loads((results / "session.json").read_text())["benchmarks"]
     assert kept["extra_info"]["invocation_cpus"] == entry["head_cpus"]
+    # by default both sides of a pair ran on the same CPU (touch steps on one thread)
+    assert data["same_cpus"] is True and entry["base_cpus"] == entry["head_cpus"], entry
     # the exit code is what the verdict table says, whatever this machine's timings were
     slower = sum(e["verdict"] == "slower" for e in data["entries"])
     assert data["exit_code"] == out.returncode == (1 if slower else 0)
