@@ -274,9 +274,9 @@ class Family:
     # its workers pad their timed phases for NUMABENCH_INJECT_SLOWDOWN (real extra work)
     injects_slowdown: bool = False
     # the threads its timed step runs on, where that is few and fixed (0: many, or not fixed): in a
-    # same-runner A/B with --numa-ab-same-cpus each rank of both sides runs on this many CPUs,
-    # the same ones for both sides of a pair (ab_pair_cpus), so that which CPUs the OS gives a
-    # fresh worker cannot tell the sides apart
+    # same-runner A/B (--numa-ab-same-cpus, numabench ab's default) each rank of both sides runs on
+    # this many CPUs, the same ones for both sides of a pair (ab_pair_cpus), so that which CPUs the
+    # OS gives a fresh worker cannot tell the sides apart
     step_threads: int = 0
     # the phases whose times add up to one round (None: all of them); for the time plan
     round_phases: tuple[str, ...] | None = None
