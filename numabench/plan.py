@@ -81,6 +81,19 @@ class RunPlan:
     build_s: float = 0.0
     steps_s: float = 0.0  # of ``seconds``, the step requests (the rest: start, set-up, checks, builds)
     import_left_out_s: float = 0.0  # its workers' recorded import, not in ``seconds`` where they are forked
+    step_s: float = 0.0  # one step request (``steps_s`` over the run's requests)
+    variants: int = 1
+    rewarm_every_round: bool = False  # its family's (numabench.families.base.Family)
+
+    @property
+    def untimed_steps_s(self) -> float:
+        """The untimed steps an A/B's rewarm adds to each side of a pair (numabench.workers.run):
+        one before every timed step where a step is short (REWARM_BELOW_S) or its family rewarms every
+        round, else in the first round only."""
+        from numabench.workers.sides import REWARM_BELOW_S
+
+        every_round = self.rewarm_every_round or self.step_s < REWARM_BELOW_S
+        return self.steps_s if every_round else self.step_s * self.variants
 
 
 @dataclass
@@ -96,6 +109,7 @@ class Plan:
     def to_dict(self) -> dict:
         """The figures an A/B estimate (numabench.plan_ab) builds on."""
         return {"seconds": self.seconds, "steps_seconds": sum(r.steps_s for r in self.runs),
+                "untimed_steps_seconds": sum(r.untimed_steps_s for r in self.runs),
                 "server_seconds": self.server_s, "forked": self.forked,
                 "entries": sum(r.entries for r in self.runs), "runs": len(self.runs),
                 "builds": [{"kernel": b.kernel, "seconds": b.seconds, "source": b.source} for b in self.builds],
@@ -287,6 +301,8 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
             else:
                 plan.builds.append(build)
                 build_s += build.seconds
-        plan.runs.append(RunPlan(key, fam.key, entries, seconds + build_s, source, build_s, steps_s, left_out))
+        plan.runs.append(RunPlan(key, fam.key, entries, seconds + build_s, source, build_s, steps_s, left_out,
+                                 step_s=steps_s / max(1, variants * (warmup + rounds)), variants=variants,
+                                 rewarm_every_round=fam.rewarm_every_round))
     plan.kernels = sorted(checked)
     return plan

@@ -5,7 +5,11 @@ workers together and steps each side's rounds in turn, each timed step after an 
 (``--numa-ab-no-rewarm``: without):
 
     head's build + base's build + pytest's start and collection + 2 x a fork server's start
-        + pairs x (the plan less its kernel builds, imports and steps + 4 x its steps)
+        + pairs x (the plan less its kernel builds, imports and steps + 2 x its steps
+                   + 2 x its untimed steps)
+
+where a run's untimed steps are its steps where a step takes under REWARM_BELOW_S
+(numabench.workers.sides), else one round of them (longer steps are rewarmed in the first round only).
 
 Workers forked from a server per side (numabench ab's default, ``--numa-forkserver``): the
 plan's runs hold no worker imports, each side's server imports once (``server_s``), and both
@@ -77,6 +81,7 @@ class ABEstimate:
     base_build_s: float  # numabench build in the base's: its kernels of the head's sources, checked only
     base_compile_s: float  # the same where the base's kernel sources differ: every kernel compiled
     plan_steps_s: float = 0.0  # of plan_s, the step requests
+    plan_untimed_s: float = 0.0  # what rewarm adds per side and pair: numabench.plan.RunPlan.untimed_steps_s
     interleave: str = "rounds"  # numabench.results.ab.INTERLEAVE
     rewarm: bool = True  # every timed step after an untimed one (--numa-ab-no-rewarm: not)
     max_pairs: int = 0  # further pairs up to this where a run's first ones are too spread (0: none)
@@ -92,10 +97,10 @@ class ABEstimate:
     def pair_s(self) -> float:
         """One pair of the rounds mode: each run's fixed cost once where the workers are forked
         (both sides' set-ups run at once), twice where they are exec'd (both sides' imports share
-        the CPUs); its steps twice (four times with rewarm: each step after an untimed one;
-        warm-ups counted too)."""
+        the CPUs); its steps twice (warm-ups counted too), and with rewarm both sides' untimed steps."""
         fixed = self.invocation_s - self.session_s - self.plan_steps_s - self.server_s
-        return (1 if self.forked else 2) * fixed + self.plan_steps_s * (4 if self.rewarm else 2)
+        return (1 if self.forked else 2) * fixed + 2 * self.plan_steps_s + (2 * self.plan_untimed_s
+                                                                             if self.rewarm else 0.0)
 
     @property
     def measuring_s(self) -> float:
@@ -123,7 +128,7 @@ class ABEstimate:
             then = (f"then one session ({self.session_s:.1f} s pytest start and collection as timed here) of "
                     f"{self.pairs} pairs x ~{duration(self.pair_s)} (the plan above less its kernel builds "
                     f"{SETUPS[self.forked]}; its {duration(self.plan_steps_s)} of steps twice: both sides' rounds"
-                    f"{', each after an untimed one' if self.rewarm else ''})")
+                    f"{', each short one after an untimed one' if self.rewarm else ''})")
         else:
             then = (f"then {2 * self.pairs} invocations x ~{duration(self.invocation_s)} (the plan above less its "
                     f"kernel builds, + {self.session_s:.1f} s pytest start and collection as timed here)")
@@ -147,6 +152,8 @@ def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[st
         plan_unbuilt=len(builds), session_s=session_s,
         head_build_s=BUILD_START_S + max((s for done, s in kernels.values() if not done), default=0.0),
         base_build_s=BUILD_START_S, base_compile_s=BUILD_START_S + max((s for _, s in kernels.values()), default=0.0),
-        plan_steps_s=float(plan.get("steps_seconds") or 0.0), interleave=interleave, rewarm=rewarm,
+        plan_steps_s=float(plan.get("steps_seconds") or 0.0),
+        plan_untimed_s=float(plan.get("untimed_steps_seconds", plan.get("steps_seconds")) or 0.0),
+        interleave=interleave, rewarm=rewarm,
         max_pairs=max_pairs, server_s=float(plan.get("server_seconds") or 0.0),
         forked=bool(plan.get("forked")))

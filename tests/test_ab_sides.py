@@ -103,6 +103,28 @@ def test_rewarm_runs_an_untimed_step_before_every_timed_one(tmp_path, rewarm):
     assert count.read_text().count("step\n") == 2 * (1 + 3 * (2 if rewarm else 1))
     (entry,) = json.loads(out.read_text())["benchmarks"]
     assert entry["extra_info"]["rounds"] == 6 and entry["extra_info"]["ab_base"]["rewarm"] is rewarm
+    assert entry["extra_info"]["ab_base"]["rewarmed_pairs"] == ([True, True] if rewarm else [])
+
+
+def test_rewarm_stops_after_the_first_round_where_an_untimed_step_took_long(tmp_path):
+    """A step of REWARM_BELOW_S or longer, on either side, is rewarmed in the first round only, and
+    for both sides: here only the base's step is slow, and the head's too loses its untimed steps."""
+    from numabench.workers.sides import REWARM_BELOW_S
+
+    count = tmp_path / "steps"
+    base = patched_base(tmp_path, "        self.round += 1\n",
+                        f"        open({str(count)!r}, 'a').write('step\\n')\n"
+                        f"        time.sleep({REWARM_BELOW_S + 0.02})\n")
+    assert "\nimport time\n" in (base / "numabench" / "families" / "touch" / "worker.py").read_text()
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={base}", f"--benchmark-json={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # per pair: 1 warm-up, the first round's untimed and timed steps, then 2 timed rounds alone
+    assert count.read_text().count("step\n") == 2 * (1 + 2 + 2)
+    (entry,) = json.loads(out.read_text())["benchmarks"]
+    assert entry["extra_info"]["ab_base"]["rewarmed_pairs"] == [False, False]
+    assert entry["extra_info"]["rounds"] == 6
 
 
 @pytest.mark.parametrize("args, message", [

@@ -41,13 +41,30 @@ def test_the_estimate_is_the_arithmetic_of_its_parts():
     assert rounds.seconds == pytest.approx(head + base + 4.0 + 3 * pair)
     assert "(A/B, 3 pairs, rounds interleaved)" in rounds.summary() and "3 pairs x" in rounds.summary()
     rewarmed = ab_estimate(plan, 3, session_s=4.0, kernels=kernels)  # the default: each step after an untimed one
-    assert rewarmed.pair_s == pytest.approx(pair + 2 * 20.0)  # every step after an untimed one: steps 4 times
-    assert "each after an untimed one" in rewarmed.summary()
+    assert rewarmed.pair_s == pytest.approx(pair + 2 * 20.0)  # a plan without the split: every step short
+    assert "each short one after an untimed one" in rewarmed.summary()
+    split = ab_estimate({**plan, "untimed_steps_seconds": 6.0}, 3, session_s=4.0, kernels=kernels)
+    assert split.pair_s == pytest.approx(pair + 2 * 6.0)  # long steps rewarmed in their first round only
     most = ab_estimate(plan, 3, session_s=4.0, kernels=kernels, max_pairs=8)  # further pairs: the upper figure
     assert most.seconds_at_most == pytest.approx(rewarmed.seconds + 5 * rewarmed.pair_s)
     assert "if every worker run took 8 pairs" in most.summary() and "took" not in rewarmed.summary()
     with pytest.raises(ValueError, match="pairs 1"):
         ab_estimate(plan, 1, 4.0, kernels)
+
+
+def test_a_run_plan_counts_untimed_steps_before_every_short_step_and_in_the_first_round_of_long_ones():
+    from numabench.plan import Plan, RunPlan
+    from numabench.workers.sides import REWARM_BELOW_S
+
+    short = RunPlan("a", "touch", 1, 10.0, "baseline", steps_s=4.4, step_s=0.02, variants=2)
+    long = RunPlan("b", "transfer", 6, 30.0, "baseline", steps_s=22.0, step_s=REWARM_BELOW_S, variants=2)
+    assert (short.untimed_steps_s, long.untimed_steps_s) == pytest.approx((4.4, 2 * REWARM_BELOW_S))
+    every = RunPlan("c", "cpu_adam", 5, 40.0, "baseline", steps_s=22.0, step_s=0.2, variants=5,
+                    rewarm_every_round=True)
+    assert every.untimed_steps_s == pytest.approx(22.0)
+    figures = Plan(runs=[short, long]).to_dict()
+    assert figures["steps_seconds"] == pytest.approx(26.4)
+    assert figures["untimed_steps_seconds"] == pytest.approx(4.4 + 0.2)
 
 
 def test_a_forked_estimate_counts_each_sides_server_once_and_the_set_ups_once_a_pair():
@@ -97,7 +114,7 @@ def test_numabench_plan_prints_the_ab_estimate(tmp_path):
     assert head >= max(KERNEL_BUILD_S["stream"], KERNEL_BUILD_S["cpu_adam"]) + BUILD_START_S
     assert total == pytest.approx(head + base + session + 2 * pair, abs=3)  # each figure rounded to a second
     assert session > 0
-    assert "both sides' rounds, each after an untimed one)" in ab_line  # the default
+    assert "both sides' rounds, each short one after an untimed one)" in ab_line  # the default
     assert "less its kernel builds once: workers forked" in ab_line  # numabench ab's default
     out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "--ab-workers", "exec",
                           "benchmarks/test_touch.py", "--numa-policies=default", "--param-sizes=4M"], cwd=ROOT, env=env,

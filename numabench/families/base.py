@@ -278,6 +278,10 @@ class Family:
     # this many CPUs, the same ones for both sides of a pair (ab_pair_cpus), so that which CPUs the
     # OS gives a fresh worker cannot tell the sides apart
     step_threads: int = 0
+    # in a same-runner A/B, every timed step after an untimed one of its own, however long the step
+    # (else from the second round on only where it is short: numabench.workers.sides.REWARM_BELOW_S):
+    # a step on every CPU of its node whose start meets what the other side's threads left
+    rewarm_every_round: bool = False
     # the phases whose times add up to one round (None: all of them); for the time plan
     round_phases: tuple[str, ...] | None = None
     # the host state kinds a case keeps per rank (numabench.numa.place.TENSOR_KINDS), which the

@@ -23,7 +23,7 @@ def pool_invocations(runs: list[CaseResult]) -> CaseResult:
                 for i in range(len(first.per_rank))]
     cpus = [c for r in runs for c in r.invocation_cpus]
     return dataclasses.replace(first, phases=phases, per_rank=per_rank, invocations=invocations,
-                               invocation_cpus=cpus)
+                               invocation_cpus=cpus, rewarmed=[w for r in runs for w in r.rewarmed])
 
 
 def pool_by_variant(invocations: Iterable[list[CaseResult]]) -> dict[tuple, CaseResult]:

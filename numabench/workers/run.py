@@ -28,7 +28,7 @@ from numabench.numa.place import Place
 from numabench.numa.placement import Expectation, compare
 from numabench.numa.weights import WeightSetting
 from numabench.toolkit.inject import slowdown_factor
-from numabench.workers.sides import THIS_SIDE, WorkerSide
+from numabench.workers.sides import REWARM_BELOW_S, THIS_SIDE, WorkerSide
 
 
 def run_case(case: Case, family: Family, topology: Topology, caps: Capabilities, *, rounds: int,
@@ -80,7 +80,10 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
     results by its label. ``verified``: per side label, as run_variants' (a side's own checks).
     ``rewarm``: every timed step comes right after an untimed one of the same variant on the same
     workers, so that it starts from what its own side left (its arrays in the cache, its threads
-    awake), as a plain run's rounds do, rather than from what the other side's round left.
+    awake), as a plain run's rounds do, rather than from what the other side's round left; from
+    the second round on, only for the variants whose untimed steps of the first round all took
+    under REWARM_BELOW_S (the same variants for every side), unless the family rewarms every round
+    (``Family.rewarm_every_round``).
     ``same_cpus_pair``: the pair's number in a same-runner A/B whose sides share CPUs: each rank of
     a family with ``step_threads`` runs on that many CPUs, the same for every side
     (numabench.families.base.ab_pair_cpus)."""
@@ -190,12 +193,19 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         per_rank = {label: [[dict() for _ in ranks] for _ in variants] for label in labels}
         phases: dict[str, list[dict[str, list[float]]]] = {label: [dict() for _ in variants] for label in labels}
         step_cpus = {label: [collections.Counter() for _ in ranks] for label in labels}  # timed steps per CPU
+        rewarmed = [rewarm] * len(payloads)  # per variant: its timed steps after an untimed one
+        untimed_s = [0.0] * len(payloads)  # per variant: its longest untimed step of the first round
+        step_requests = warmup * len(payloads) * len(labels)
         for n in range(rounds):
             for label in round_order(labels, n):
                 for k, payload in enumerate(payloads):
-                    if rewarm:
+                    if rewarmed[k]:
+                        started = time.perf_counter()
                         _side_call(by_label[label], sides, groups[label].step, payload)
+                        untimed_s[k] = max(untimed_s[k], time.perf_counter() - started)
+                        step_requests += 1
                     times = _side_call(by_label[label], sides, groups[label].step, payload)
+                    step_requests += 1
                     for i, cpu in enumerate(groups[label].step_cpus):
                         if cpu is not None:
                             step_cpus[label][i][cpu] += 1
@@ -204,6 +214,9 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
                             per_rank[label][k][i].setdefault(ph, []).append(v)
                     for ph in times[0]:
                         phases[label][k].setdefault(ph, []).append(max(t[ph] for t in times))
+            if n == 0:
+                rewarmed = [r and (family.rewarm_every_round or took < REWARM_BELOW_S)
+                            for r, took in zip(rewarmed, untimed_s)]
         steps_s = time.perf_counter() - t_steps
         t_close = time.perf_counter()
         for group in groups.values():  # every side's workers tear down at once, not one side after the other
@@ -219,6 +232,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
                     invocation_cpus=[[c.most_common(1)[0][0] if c else None for c in step_cpus[s.label]]],
                     placement=placements[s.label], launcher=how + (" (forked)" if s.fork_socket else ""),
                     commands=commands[s.label], slowdown=slowdowns[s.label],
+                    rewarmed=[rewarmed[k] and rounds > 1] if rewarm else [],
                     extra=place_note(case, topology)))
     # The run's cost, for time plans: fixed (start, set-up, checks, teardown) and per step request
     t_end = time.perf_counter()
@@ -227,8 +241,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
     parts = {k: round(v, 3) for k, v in parts.items()}
     for side_results in results.values():
         for r in side_results:
-            steps = (warmup + rounds * (2 if rewarm else 1)) * len(variants) * len(sides)
-            r.fixed_s, r.step_wall_s = fixed_s, steps_s / max(1, steps)
+            r.fixed_s, r.step_wall_s = fixed_s, steps_s / max(1, step_requests)
             r.fixed_parts_s = parts
     return results
 

@@ -41,4 +41,5 @@ FAMILY = Family(
     default_rounds=DEFAULT_ROUNDS,
     default_warmup=DEFAULT_WARMUP,
     injects_slowdown=True,
+    rewarm_every_round=True,  # its threads fill the node's CPUs (docs/GATE.md: the untimed step)
 )
