@@ -284,21 +284,6 @@ def test_a_side_whose_import_starts_cuda_is_refused(side, servers):
         servers.attach(side)
 
 
-@pytest.mark.parametrize("before, after, refused", [(False, False, False), (True, True, False),
-                                                    (False, True, True)],
-                         ids=["driver-never-loaded", "driver-loaded-by-the-worker-code", "driver-loaded-by-the-preload"])
-def test_a_server_whose_dynamo_preload_loaded_the_cuda_driver_is_refused(before, after, refused):
-    from numabench.workers.forkserver import refuse_unforkable
-
-    if refused:
-        with pytest.raises(RuntimeError, match=r"importing torch._dynamo loaded the CUDA driver \(libcuda\)"):
-            refuse_unforkable(False, before, after)
-    else:
-        refuse_unforkable(False, before, after)
-    with pytest.raises(RuntimeError, match="CUDA was initialised"):
-        refuse_unforkable(True, before, after)
-
-
 def test_a_failed_fork_fails_that_request_only(monkeypatch, tmp_path):
     """fork(2) refused (no memory, no pid left): the client is told, the streams it passed are
     closed, and the server keeps no record of a worker (it serves on)."""

@@ -2,7 +2,7 @@
 
 A worker started by exec spends seconds importing torch before its set-up (3-5 s on the
 GPU VMs, the largest part of a same-runner A/B's fixed cost, paid by both sides in every
-pair). The server imports the side's ``numabench.workers.main``, torch and torch._dynamo once; each
+pair). The server imports the side's ``numabench.workers.main`` and torch once; each
 worker is then a fork of it that runs ``main()`` with the request's standard streams,
 environment, working folder, CPUs and memory policy.
 
@@ -138,25 +138,6 @@ def _become_worker(request: dict[str, Any], fds: list[int], keep: list[Any], mem
     return int(worker_main.main() or 0)
 
 
-def cuda_driver_mapped() -> bool:
-    """Whether this process has the CUDA driver library (libcuda) mapped."""
-    with open("/proc/self/maps") as maps:
-        return any("/libcuda.so" in line for line in maps)
-
-
-def refuse_unforkable(cuda_initialised: bool, driver_before_preload: bool, driver_after_preload: bool) -> None:
-    """Raise where the server's imports left a process whose forks could not use CUDA: torch's CUDA
-    initialised ("Cannot re-initialize CUDA" in a fork), or the driver library loaded by the
-    torch._dynamo preload (it may have been initialised too, which a fork cannot undo)."""
-    if cuda_initialised:
-        raise RuntimeError("CUDA was initialised while the worker code was imported: its workers cannot be "
-                           "forked; run without --numa-forkserver (numabench ab: --workers exec)")
-    if driver_after_preload and not driver_before_preload:
-        raise RuntimeError("importing torch._dynamo loaded the CUDA driver (libcuda) into the fork server: its "
-                           "workers cannot be forked safely; run without --numa-forkserver (numabench ab: "
-                           "--workers exec)")
-
-
 def serve(sock_path: str) -> int:
     _die_with_parent()
     mempolicy = _mempolicy()
@@ -164,12 +145,13 @@ def serve(sock_path: str) -> int:
     import torch  # what every worker would import first (not CUDA: that is started in each worker)
 
     import numabench.workers.main as worker_main
-    driver_before = cuda_driver_mapped()
-    # torch.optim's first step imports torch._dynamo (and with it inductor, triton): 5-7 s on the
-    # GPU VMs in every worker whose checks step the float64 reference (adam_offload, cpu_adam)
-    import torch._dynamo  # noqa: F401
+    # Not torch._dynamo, though torch.optim's first step imports it (5 s a worker on the GPU VMs):
+    # preloaded here, it came with dataloader and train_step DDP rounds 10-15% slower and wider in
+    # a fresh H200 VM's A/As (docs/GATE.md), and it grows every fork's heap from 170k objects to 290k
     preload_s = time.perf_counter() - started
-    refuse_unforkable(torch.cuda.is_initialized(), driver_before, cuda_driver_mapped())
+    if torch.cuda.is_initialized():  # a fork of it could not use CUDA ("Cannot re-initialize CUDA")
+        raise RuntimeError("CUDA was initialised while the worker code was imported: its workers cannot be "
+                           "forked; run without --numa-forkserver (numabench ab: --workers exec)")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address(sock_path))
     listener.listen(64)

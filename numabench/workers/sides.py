@@ -19,12 +19,11 @@ THIS_CHECKOUT = "this"
 
 # An A/B's rewarm (numabench.workers.run.run_sides): a variant whose untimed steps of the first
 # round took this long or longer, on either side, is timed without them from the second round on
-# (unless its family rewarms every round: Family.rewarm_every_round). Such a step meets what the
-# other side left (caches, the allocator's pages, the GPU's queue) once, at its start: a small share
-# of it; and the long steps of the families this applies to (adam_offload 545M, pinned_alloc 67.9M,
-# transfer 268M, dataloader, whose rounds warm their own loader first: 0.1-0.3 s on the GPU VMs)
-# stream far more than the last-level cache holds. Their untimed steps were a quarter of the ci
-# tier's A/B.
+# (unless its family rewarms every round: Family.rewarm_every_round, the families whose threads
+# fill the node's CPUs). Such a step meets what the other side left (caches, the allocator's
+# pages, the GPU's queue) once, at its start: a small share of it; and the long steps this applies
+# to (adam_offload 545M, pinned_alloc 67.9M, transfer 268M: 0.1-0.3 s on the GPU VMs) stream far
+# more than the last-level cache holds. Their untimed steps were a sixth of the ci tier's A/B.
 REWARM_BELOW_S = 0.1
 
 

@@ -68,6 +68,9 @@ FAMILY = GpuOrCpuFamily(
                  "`worker_init_fn`) or unbound; samples/s into the GPU, or into host memory without one"),
     needs="nothing (GPU optional)",
     injects_slowdown=True,
+    # its loader's processes on the node's CPUs: without the untimed step before each round its
+    # batches were 10-20% slower and wider in an A/A on an H200 (docs/GATE.md)
+    rewarm_every_round=True,
     phases=("batch",),
     setup_reply=DataloaderReply,
     step_parts=("h2d",),  # the copy of each batch to its destination (copy_median_s, copy_GBps)
