@@ -350,3 +350,69 @@ def test_each_row_keeps_where_each_sides_workers_ran_pair_by_pair():
     data["entries"][0]["base_cpus"] = [["x"]]
     with pytest.raises(ValueError, match=r"CPUs per pair \[\['x'\]\]: allowed a list per pair"):
         from_json(data)
+
+
+def test_a_stopped_session_is_judged_on_its_finished_runs_and_exits_with_the_signals_code(repo, tmp_path):
+    """SIGTERM (a CI job's timeout) while the session runs: its finished worker runs' entries are
+    judged and written, the table says the rest were not measured, and the exit code is the
+    signal's (128 + 15), never 0."""
+    import signal
+
+    from numabench.interrupts import Stopped
+    from numabench.results.ab import StoppedWithMeasurements
+    from numabench.results.ab_formats import from_json, render_as, to_json
+
+    def invoke_both(base: Side, head: Side, pytest_args, pairs: int, json_path: Path):
+        run = _session_run({A: [1e-3] * pairs}, {A: [1e-3] * pairs})
+        json_path.write_text(json.dumps(run))
+        raise StoppedWithMeasurements(Stopped(signal.SIGTERM), interleaved_medians(run, pairs))
+
+    lines: list[str] = []
+    kept = tmp_path / "session.json"
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=2, cwd=repo, build_side=lambda s: "",
+                 invoke_both=invoke_both, session_json=kept, progress=lines.append)
+    assert [(r.fullname, r.verdict) for r in res.rows] == [(A, SAME)]
+    assert res.stopped_by == signal.SIGTERM and res.exit_code == 128 + signal.SIGTERM
+    assert any(line.startswith("stopped (SIGTERM): judging the entries of the worker runs that finished")
+               for line in lines)
+    text = render(res)
+    assert text.startswith("numabench A/B: STOPPED (SIGTERM) before the session's end") and "NOT MEASURED" in text
+    assert "exit 143" in text.splitlines()[0] and kept.is_file()
+    assert render_as(res, "github").startswith("::error title=numabench A/B stopped::STOPPED (SIGTERM)")
+    assert "**stopped (SIGTERM)**" in render_as(res, "markdown")
+    again = from_json(json.loads(json.dumps(to_json(res))))
+    assert again.stopped_by == signal.SIGTERM and again.exit_code == 143
+    assert from_json(json.loads(json.dumps(to_json(ABResult(res.base, res.head, 2, 1.0, 0.95))))).stopped_by is None
+
+
+@pytest.mark.parametrize("written", ["two runs", "nothing", "cut short"])
+def test_a_stopped_sessions_json_becomes_its_measurements_or_the_stop_goes_on(monkeypatch, tmp_path, written):
+    """invoke_interleaved, its session stopped (run_child ended it and raised the interrupt): what
+    the session wrote is judged on; where it wrote nothing readable the interrupt goes on as it was."""
+    import signal
+
+    from numabench.interrupts import Stopped
+    from numabench.results import ab
+    from numabench.results.ab import StoppedWithMeasurements, invoke_interleaved
+
+    out = tmp_path / "ab.json"
+
+    def stopped_child(cmd, cwd, env, what, on_line=None):
+        if written == "two runs":
+            out.write_text(json.dumps(_session_run({A: [1e-3, 1e-3], B: [2e-3, 2e-3]},
+                                                   {A: [1e-3, 1e-3], B: [2e-3, 2e-3]})))
+        elif written == "cut short":
+            out.write_text('{"benchmarks": [{"fullname": ')
+        raise Stopped(signal.SIGTERM)
+
+    monkeypatch.setattr(ab, "run_child", stopped_child)
+    side = Side("HEAD", "0" * 40, tmp_path, {})
+    with pytest.raises(Stopped) as stop:
+        invoke_interleaved(side, side, ["benchmarks"], 2, out)
+    assert stop.value.signum == signal.SIGTERM
+    if written == "two runs":
+        assert isinstance(stop.value, StoppedWithMeasurements)
+        assert [sorted(m) for m in stop.value.measured["head"]] == [[A, B], [A, B]]
+        assert stop.value.measured["failed"] == []
+    else:
+        assert not isinstance(stop.value, StoppedWithMeasurements)

@@ -38,6 +38,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import psutil
 
 from numabench.errors import UsageError
-from numabench.interrupts import stops_held
+from numabench.interrupts import Stopped, stops_held
 from numabench.kernels.builder_tree import live_descendants
 from numabench.results import storage
 from numabench.gate.rule import SLOWER
@@ -117,6 +118,8 @@ class ABResult:
     confirm_pairs: int = 0  # fresh pairs for a worker run whose first pairs judged an entry changed (0: none)
     workers: str = "exec"  # WORKERS: how each pair's workers started (forked from a server per side, or exec'd)
     same_cpus: bool = False  # each pair's two sides on the same CPUs (families with Family.step_threads)
+    # the signal that stopped the session before its end (rounds mode): rows are its finished worker runs'
+    stopped_by: int | None = None
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -124,7 +127,20 @@ class ABResult:
 
     @property
     def exit_code(self) -> int:
+        """1 on a slower entry, else 0; a stopped session the shell's code for its signal (128 + its
+        number) whatever its rows say: what it did not measure was not judged."""
+        if self.stopped_by:
+            return 128 + self.stopped_by
         return 1 if self.regressions else 0
+
+
+class StoppedWithMeasurements(Stopped):
+    """A rounds-mode session stopped (Ctrl-C, SIGTERM, SIGHUP) after some of its worker runs had
+    finished: ``measured`` is what they measured, as invoke_interleaved returns it."""
+
+    def __init__(self, stop: KeyboardInterrupt, measured: dict[str, Any]) -> None:
+        super().__init__(stop.signum if isinstance(stop, Stopped) else signal.SIGINT, str(stop) or None)
+        self.measured = measured
 
 
 def geometric_mean(values: Sequence[float]) -> float:
@@ -319,7 +335,14 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
     def relay(line: str) -> None:
         if progress is not None and line.startswith(STATUS_PREFIX):
             progress(line[len(STATUS_PREFIX):])
-    proc = run_child(cmd, head.path, _env(neutral), f"pytest on {head.label} (with {base.label}'s workers)", relay)
+    try:
+        proc = run_child(cmd, head.path, _env(neutral), f"pytest on {head.label} (with {base.label}'s workers)",
+                         relay)
+    except KeyboardInterrupt as stop:  # the session was stopped too, and wrote what its finished runs measured
+        measured = measured_before_stop(json_path, pairs)
+        if measured is None:
+            raise
+        raise StoppedWithMeasurements(stop, measured) from None
     if proc.returncode not in (0, 1) or not json_path.is_file():
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
         if "unrecognized arguments: --numa-repeats" in tail or "unrecognized arguments: --numa-ab-base" in tail:
@@ -337,6 +360,21 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
     measured["failed"] = failed_tests(proc.stdout)  # measured by neither side: listed, never left out silently
     measured["confirming"] = confirming_pairs(run)
     measured["cpus"] = pair_cpus(run)
+    return measured
+
+
+def measured_before_stop(json_path: Path, pairs: int) -> dict[str, Any] | None:
+    """What a stopped rounds-mode session's finished worker runs measured, or None where it wrote
+    nothing readable. Its pytest turns the stop into an interrupt (fixtures.safety), and
+    pytest-benchmark still writes the entries it finished: the worker run cut short has none."""
+    try:
+        run = storage.load_run(json_path)
+        measured: dict[str, Any] = interleaved_medians(run, pairs)
+        measured["confirming"] = confirming_pairs(run)
+        measured["cpus"] = pair_cpus(run)
+    except (OSError, ValueError, KeyError, TypeError, UsageError):
+        return None
+    measured["failed"] = []
     return measured
 
 
@@ -538,6 +576,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     repo = repo_root(cwd or Path.cwd())
     tmp = Path(tempfile.mkdtemp(prefix="numabench-ab-"))
     when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stopped_by: int | None = None
     try:
         with checkouts(repo, base, head, tmp) as (base_path, base_commit, head_path, head_commit):
             head_label = (head or WORKTREE) + (f" {' '.join(head_args)}" if head_args else "")
@@ -562,7 +601,13 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                     further.append("--numa-forkserver")
                 if same_cpus:
                     further.append("--numa-ab-same-cpus")
-                measured = invoke_both(sides["base"], sides["head"], [*pytest_args, *further], pairs, tmp / "ab.json")
+                try:
+                    measured = invoke_both(sides["base"], sides["head"], [*pytest_args, *further], pairs,
+                                           tmp / "ab.json")
+                except StoppedWithMeasurements as stop:  # judged below on what its finished runs measured
+                    measured, stopped_by = stop.measured, stop.signum
+                    progress(f"stopped ({signal.Signals(stopped_by).name}): judging the entries of the worker "
+                             "runs that finished; the rest were not measured")
                 if session_json is not None and (tmp / "ab.json").is_file():
                     shutil.copyfile(tmp / "ab.json", session_json)
             else:
@@ -581,6 +626,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             res.max_pairs, res.target_pct = max_pairs, target_pct
         if interleave == "rounds":
             res.confirm_pairs, res.workers, res.same_cpus = confirm_pairs, workers, same_cpus
+        res.stopped_by = stopped_by
         res.missing += measured.get("failed", [])
         for line in measured.get("failed", []):
             progress(f"not measured: {line}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import statistics
 from typing import Any
 
@@ -53,10 +54,20 @@ def cells(r: ABRow, pairs: int | None = None) -> tuple[str, ...]:
             f"{statistics.median(r.base_s) * 1e3:.4g}", f"{statistics.median(r.head_s) * 1e3:.4g}")
 
 
+def stopped_note(res: ABResult) -> str:
+    """What a stopped session's table holds ('' where it ran to its end)."""
+    if not res.stopped_by:
+        return ""
+    return (f"STOPPED ({signal.Signals(res.stopped_by).name}) before the session's end: the entries of its finished "
+            "worker runs judged, the rest NOT MEASURED")
+
+
 def headline(res: ABResult) -> str:
     c = counts(res)
     status = (f"REGRESSION: {c[SLOWER]} of {len(res.rows)} entries slower" if c[SLOWER]
               else f"no regression in {len(res.rows)} entries")
+    if res.stopped_by:
+        status = f"{stopped_note(res)}; {status}"
     return f"numabench A/B: {status} ({', '.join(f'{n} {v}' for v, n in c.items())}); exit {res.exit_code}"
 
 
@@ -79,6 +90,8 @@ def rule_line(res: ABResult) -> str:
 def summary_lines(res: ABResult) -> list[str]:
     c = counts(res)
     lines = [f"{len(res.rows)} entries: " + ", ".join(f"{n} {v}" for v, n in c.items())]
+    if res.stopped_by:
+        lines.append(f"WARNING: {stopped_note(res)}")
     resolved = sorted(r.resolution_pct for r in res.rows if r.resolution_pct is not None)
     if resolved:
         lines.append(f"resolution: {resolved[0]:.2f}% to {resolved[-1]:.2f}% (median "
@@ -122,6 +135,8 @@ def render_markdown(res: ABResult) -> str:
     every entry in a collapsed table, the summary lines."""
     c = counts(res)
     status = f"**{c[SLOWER]} slower**" if c[SLOWER] else "**no regression**"
+    if res.stopped_by:
+        status = f"**stopped ({signal.Signals(res.stopped_by).name})**, {status}"
     out = [f"### numabench A/B: {status} ({len(res.rows)} entries)", "",
            f"base `{_side(res.base)}`, head `{_side(res.head)}`"
            + (f" on `{res.hardware_key}`" if res.hardware_key else "") + f"; {rule_line(res)}.", ""]
@@ -149,10 +164,12 @@ def _describe(r: ABRow, res: ABResult) -> str:
 
 
 def render_github(res: ABResult) -> str:
-    """GitHub Actions workflow commands: an error per slower entry (slowest first), one warning
-    naming the unresolved entries, a notice with the summary."""
-    lines = [f"::error title={_escape_property('numabench A/B slower ' + r.name)}::{_escape_data(_describe(r, res))}"
-             for r in sorted_rows(res) if r.verdict == SLOWER]
+    """GitHub Actions workflow commands: an error where the session was stopped before its end, an
+    error per slower entry (slowest first), one warning naming the unresolved entries, a notice
+    with the summary."""
+    lines = [f"::error title=numabench A/B stopped::{_escape_data(stopped_note(res))}"] if res.stopped_by else []
+    lines += [f"::error title={_escape_property('numabench A/B slower ' + r.name)}::{_escape_data(_describe(r, res))}"
+              for r in sorted_rows(res) if r.verdict == SLOWER]
     unresolved = [r for r in sorted_rows(res) if r.verdict == UNRESOLVED]
     if unresolved:
         text = (f"{len(unresolved)} entries unresolved, not judged (resolution coarser than {res.coarsest_pct:g}%): "
@@ -177,6 +194,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
         "timings_s": dict(res.timings_s), "max_pairs": res.max_pairs, "target_resolution_pct": res.target_pct,
         "confirm_pairs": res.confirm_pairs, "workers": res.workers, "same_cpus": res.same_cpus,
+        "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None,
         "entries": [{
             "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "pairs": len(r.base_s),
             "confirmation_pairs": r.confirmation_pairs, "ratio": r.ratio,
@@ -219,7 +237,8 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        else float(data["target_resolution_pct"]),
                        # saved before either existed: no confirming pairs, exec'd workers
                        confirm_pairs=int(data.get("confirm_pairs") or 0), workers=str(data.get("workers") or "exec"),
-                       same_cpus=bool(data.get("same_cpus")))
+                       same_cpus=bool(data.get("same_cpus")),
+                       stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None)
         for e in data["entries"]:
             low, high = e["interval"]
             numbers = [e["ratio"], low, high, *e["base_medians_s"], *e["head_medians_s"]]
