@@ -273,11 +273,14 @@ def worktrees() -> list[str]:
 def test_ab_runs_both_checkouts_in_abba_order_and_removes_them(tmp_path):
     """`numabench ab HEAD HEAD` with 100x injected into head: both checkouts built and run in ABBA
     order, the entry judged slower (no pair ratio of a loaded runner comes near 100x), exit 1 as the
-    printed REGRESSION line says, and its worktrees and scratch folder removed."""
+    printed REGRESSION line says, and its worktrees and scratch folder removed. Three pairs, not
+    two: the base's 16 MB touch took 0.12 ms in one invocation (in the cache) and several times
+    that in another, and two pair ratios that far apart leave a 95% interval (t with 1 degree of
+    freedom: 12.7) reaching below 1; with three (t: 4.3) they would have to differ some 50-fold."""
     # ab's scratch folder (its worktrees) under tmp_path: this run's, whatever else uses the repository
     env = dict(os.environ, TMPDIR=str(tmp_path))
     env.pop("NUMABENCH_INJECT_SLOWDOWN", None)
-    cmd = [sys.executable, "-m", "numabench.cli", "ab", "HEAD", "HEAD", "--pairs", "2", "--threshold", "10%",
+    cmd = [sys.executable, "-m", "numabench.cli", "ab", "HEAD", "HEAD", "--pairs", "3", "--threshold", "10%",
            "--interleave", "invocations",
            "--head-env", f"NUMABENCH_INJECT_SLOWDOWN={HUGE}", "--",
            "benchmarks/test_touch.py", "--numa-policies=default", "--param-sizes=4M"]
@@ -286,8 +289,9 @@ def test_ab_runs_both_checkouts_in_abba_order_and_removes_them(tmp_path):
     assert "1 entries: 1 slower, 0 faster, 0 same" in out.stdout, out.stdout
     assert "REGRESSION: 1 entries slower by more than 10%" in out.stdout, out.stdout
     assert "head: HEAD (" in out.stdout and f"with NUMABENCH_INJECT_SLOWDOWN={HUGE}" in out.stdout
-    order = re.findall(r"\[ab\] pair (\d)/2: (base|head) \(HEAD\) 1 entries", out.stderr)
-    assert order == [("1", "base"), ("1", "head"), ("2", "head"), ("2", "base")], out.stderr
+    order = re.findall(r"\[ab\] pair (\d)/3: (base|head) \(HEAD\) 1 entries", out.stderr)
+    assert order == [("1", "base"), ("1", "head"), ("2", "head"), ("2", "base"), ("3", "base"), ("3", "head")], \
+        out.stderr
     built = re.findall(r"\[ab\] building (base|head) \(HEAD\) in (\S+)", out.stderr)
     assert [side for side, _ in built] == ["base", "head"], out.stderr
     assert all(Path(path).is_relative_to(tmp_path) for _, path in built), built  # two worktrees
