@@ -103,6 +103,19 @@ def test_entries_not_judged_are_named_and_need_a_look(tmp_path):
     assert re.search(r"train_step \(<span[^>]*>1 not judged", index)
 
 
+def test_a_stopped_ab_run_says_so_first_and_needs_a_look(tmp_path):
+    data = json.loads(same_everywhere(tmp_path).read_text())
+    data["stopped_by"] = "SIGTERM"
+    path = tmp_path / "stopped.json"
+    path.write_text(json.dumps(data))
+    out = tmp_path / "site"
+    assert main(["publish", str(path), "--out", str(out)]) == 0
+    page = (out / "ab-stopped.html").read_text()
+    lead = page.index("STOPPED (SIGTERM) before the session&#x27;s end")
+    assert lead < page.index("no regression in 3 entries") and "exit 143" in page
+    assert "Needs a look: nothing" not in (out / "index.html").read_text()
+
+
 @pytest.mark.parametrize("bad", [math.nan, -1.0, 0.0, math.inf, "1.02"])
 def test_an_ab_run_with_a_corrupt_ratio_is_refused_naming_the_entry(tmp_path, capsys, bad):
     data = json.loads(MEASURED.read_text())

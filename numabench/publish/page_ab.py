@@ -13,7 +13,7 @@ from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.publish.page_changed import counts_text
 from numabench.publish.pages import esc, fmt_time, page, table, when_text
 from numabench.results.ab import ABResult, ABRow
-from numabench.results.ab_formats import counts, rule_line, sorted_rows
+from numabench.results.ab_formats import counts, rule_line, sorted_rows, stopped_note
 from numabench.results.ab_verdict import UNRESOLVED
 
 # the chart's colours per verdict (site.js: red says slower, green faster)
@@ -36,9 +36,10 @@ class ABPage:
 
     @property
     def needs_look(self) -> bool:
-        """Slower, unresolved or not judged: a verdict a reader must look at."""
+        """Slower, unresolved, not judged, or a session stopped before its end: a verdict a reader must
+        look at."""
         c = self.counts
-        return bool(c.get(SLOWER) or c.get(UNRESOLVED) or c.get(NOT_JUDGED))
+        return bool(c.get(SLOWER) or c.get(UNRESOLVED) or c.get(NOT_JUDGED) or self.result.stopped_by)
 
     def families_to_look_at(self) -> dict[str, dict[str, int]]:
         """family -> its entries per verdict that needs a look (slower, unresolved, not judged)."""
@@ -135,7 +136,8 @@ def ab_html(p: ABPage) -> str:
     status = (f"<span class=\"v-slower\">REGRESSION: {c[SLOWER]} of {len(rows)} entries slower</span>"
               if c.get(SLOWER) else f"no regression in {len(rows)} entries")
     changed = [(i, r) for i, r in enumerate(rows, 1) if r.verdict != SAME]
-    parts = [f"<p class=\"lead\">{status} &mdash; {counts_text(c)}; exit {res.exit_code}.</p>",
+    parts = [f"<p class=\"lead v-slower\">{esc(stopped_note(res))}.</p>"] if res.stopped_by else []
+    parts += [f"<p class=\"lead\">{status} &mdash; {counts_text(c)}; exit {res.exit_code}.</p>",
              f"<p>head {side_text(res.head)} against base {side_text(res.base)} &middot; machine "
              f"<code>{esc(res.hardware_key or 'not recorded')}</code> &middot; {esc(when_text(res.when))}</p>"]
     if changed:
