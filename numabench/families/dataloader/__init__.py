@@ -68,8 +68,9 @@ FAMILY = GpuOrCpuFamily(
                  "`worker_init_fn`) or unbound; samples/s into the GPU, or into host memory without one"),
     needs="nothing (GPU optional)",
     injects_slowdown=True,
-    # its loader's processes on the node's CPUs: without the untimed step before each round its
-    # batches were 10-20% slower and wider in an A/A on an H200 (docs/GATE.md)
+    # its loader's processes on the node's CPUs: in an A/A on an H200 without the untimed step
+    # before each round (and with torch._dynamo preloaded in the fork servers, since undone too)
+    # its batches were 10-20% slower and wider (docs/GATE.md)
     rewarm_every_round=True,
     phases=("batch",),
     setup_reply=DataloaderReply,
