@@ -355,9 +355,17 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
             raise UsageError(f"the head ({head.label}) predates {' and '.join(o for o, _ in older)}, which numabench "
                              f"ab runs its session with: allowed {' '.join(i for _, i in older)} for it")
         raise UsageError(f"pytest on {head.label} (with {base.label}'s workers) exited {proc.returncode}: {tail}")
+    # failed: measured by neither side, listed, never left out silently
+    return session_measured(json_path, pairs, " ".join(pytest_args), failed_tests(proc.stdout))
+
+
+def session_measured(json_path: Path, pairs: int, selection: str = "",
+                     failed: list[str] | None = None) -> dict[str, Any]:
+    """A rounds-mode session's JSON as invoke_interleaved returns it: each side's medians per pair,
+    the tests that ``failed``, each entry's confirming pairs and each pair's CPUs."""
     run = storage.load_run(json_path)
-    measured = interleaved_medians(run, pairs, " ".join(pytest_args))
-    measured["failed"] = failed_tests(proc.stdout)  # measured by neither side: listed, never left out silently
+    measured: dict[str, Any] = interleaved_medians(run, pairs, selection)
+    measured["failed"] = list(failed or [])
     measured["confirming"] = confirming_pairs(run)
     measured["cpus"] = pair_cpus(run)
     return measured
@@ -368,14 +376,9 @@ def measured_before_stop(json_path: Path, pairs: int) -> dict[str, Any] | None:
     nothing readable. Its pytest turns the stop into an interrupt (fixtures.safety), and
     pytest-benchmark still writes the entries it finished: the worker run cut short has none."""
     try:
-        run = storage.load_run(json_path)
-        measured: dict[str, Any] = interleaved_medians(run, pairs)
-        measured["confirming"] = confirming_pairs(run)
-        measured["cpus"] = pair_cpus(run)
+        return session_measured(json_path, pairs)
     except (OSError, ValueError, KeyError, TypeError, UsageError):
         return None
-    measured["failed"] = []
-    return measured
 
 
 def failed_tests(pytest_output: str) -> list[str]:

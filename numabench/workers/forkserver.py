@@ -146,8 +146,9 @@ def serve(sock_path: str) -> int:
 
     import numabench.workers.main as worker_main
     # Not torch._dynamo, though torch.optim's first step imports it (5 s a worker on the GPU VMs):
-    # preloaded here, it came with dataloader and train_step DDP rounds 10-15% slower and wider in
-    # a fresh H200 VM's A/As (docs/GATE.md), and it grows every fork's heap from 170k objects to 290k
+    # preloaded here, it came with slower, wider dataloader batches (16-19 ms against 14-15) and
+    # train_step DDP steps (5.8-7.4 ms against 5.6-6.1) in a fresh H200 VM's A/As (docs/GATE.md),
+    # and it grows every fork's heap from 170k Python objects to 290k
     preload_s = time.perf_counter() - started
     if torch.cuda.is_initialized():  # a fork of it could not use CUDA ("Cannot re-initialize CUDA")
         raise RuntimeError("CUDA was initialised while the worker code was imported: its workers cannot be "

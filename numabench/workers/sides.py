@@ -23,7 +23,8 @@ THIS_CHECKOUT = "this"
 # fill the node's CPUs). Such a step meets what the other side left (caches, the allocator's
 # pages, the GPU's queue) once, at its start: a small share of it; and the long steps this applies
 # to (adam_offload 545M, pinned_alloc 67.9M, transfer 268M: 0.1-0.3 s on the GPU VMs) stream far
-# more than the last-level cache holds. Their untimed steps were a sixth of the ci tier's A/B.
+# more than the last-level cache holds. Without their untimed steps (and dataloader's) a fresh H200
+# VM measured the ci tier's A/A in 494-518 s, against 721 s with all of them on an earlier one.
 REWARM_BELOW_S = 0.1
 
 

@@ -70,7 +70,7 @@ FAMILY = GpuOrCpuFamily(
     injects_slowdown=True,
     # its loader's processes on the node's CPUs: in an A/A on an H200 without the untimed step
     # before each round (and with torch._dynamo preloaded in the fork servers, since undone too)
-    # its batches were 10-20% slower and wider (docs/GATE.md)
+    # its batches took 16-19 ms against 14-15 ms, their resolution wider (docs/GATE.md)
     rewarm_every_round=True,
     phases=("batch",),
     setup_reply=DataloaderReply,
