@@ -38,6 +38,24 @@ def test_copies_are_exact_and_timed():
         w.close()
 
 
+def test_check_refuses_a_source_that_differs_from_what_was_drawn():
+    """The check compares on the GPU against the source's values drawn again: one changed
+    element of either kind's host source fails it, naming the kind and direction."""
+    w, _ = make_worker(numel=(1 << 20) + 3)
+    try:
+        w.check()  # as set up: passes
+        for kind in ("pinned", "pageable"):
+            src = w.host[kind]["src"].tensor
+            kept = src[12345].item()
+            src[12345] = kept + 1.0
+            with pytest.raises(RuntimeError, match=f"{kind} H2D copy to GPU 0 does not match"):
+                w.check()
+            src[12345] = kept
+        w.check()
+    finally:
+        w.close()
+
+
 @pytest.mark.serial  # judges timings: run alone
 def test_pinned_beats_pageable_on_big_copies():
     w, _ = make_worker(numel=64 * 2**20)
