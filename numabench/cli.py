@@ -687,7 +687,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--json", default=None, metavar="PATH", help="also write the A/B run as JSON here")
     p.add_argument("--session-json", default=None, metavar="PATH",
                    help="also keep the session's pytest-benchmark JSON here (rounds mode): each entry's base "
-                        "medians in extra_info.ab_base, each run's costs (run_fixed_s, run_step_wall_s)")
+                        "medians and both sides' rounds per pair in extra_info.ab_base, each run's costs "
+                        "(run_fixed_s, run_step_wall_s)")
     p.add_argument("--show", default=None, metavar="FILE",
                    help="render a saved A/B run (what --json wrote) in --format; exit code as its verdicts")
     p.set_defaults(func=cmd_ab, pytest_args=None)

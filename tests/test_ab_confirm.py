@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -131,6 +132,12 @@ def test_a_session_confirms_a_changed_run_with_fresh_pairs(tmp_path, threshold, 
     extra = entry["extra_info"]
     assert len(extra["invocation_medians_s"]) == len(extra["ab_base"]["invocation_medians_s"]) == pairs
     assert extra["ab_base"]["confirmation_pairs"] == pairs - 3
+    # both sides' rounds, pair by pair: the base's all past its 100 ms sleep, the head's none
+    base_rounds, head_rounds = extra["ab_base"]["invocation_rounds_s"], extra["ab_base"]["head_invocation_rounds_s"]
+    assert len(base_rounds) == len(head_rounds) == pairs
+    assert [statistics.median(r) for r in base_rounds] == extra["ab_base"]["invocation_medians_s"]
+    assert [statistics.median(r) for r in head_rounds] == extra["invocation_medians_s"]
+    assert all(len(b) == len(h) > 0 and min(b) >= 0.1 > max(h) for b, h in zip(base_rounds, head_rounds))
 
 
 @pytest.mark.parametrize("args, message", [
