@@ -4,6 +4,7 @@ numabench/publish/cli.py). The only place that prints. ``build_parser()`` makes 
 
 - ``topo``: NUMA nodes, GPUs, distances, policies this machine can apply (``--key``,
   ``--bandwidth``)
+- ``first-touch``: what touching memory not used yet costs here, GiB by GiB (a VM whose memory grows)
 - ``build``: compile the C++/CUDA kernels into the cache
 - ``csv``, ``import-csv``: a run as the seed benchmark's CSV, and back
 - ``report``: tables and plots of runs
@@ -135,6 +136,24 @@ def cmd_topo(ns: argparse.Namespace) -> int:
             if gpu_matrix:
                 print()
                 print(render_gpu_matrix(gpu_matrix))
+    return 0
+
+
+def cmd_first_touch(ns: argparse.Namespace) -> int:
+    from numabench.machine.first_touch import GIB, first_touch, render_first_touch
+
+    for option, value in (("--gib", ns.gib), ("--chunk-gib", ns.chunk_gib)):
+        if not value > 0:
+            raise UsageError(f"{option} {value:g}: allowed a number > 0")
+    for option, value in (("--floor-gib", ns.floor_gib), ("--wait-s", ns.wait_s)):
+        if not value >= 0:
+            raise UsageError(f"{option} {value:g}: allowed a number >= 0")
+    if ns.passes < 1:
+        raise UsageError(f"--passes {ns.passes}: allowed 1 or more")
+    page = 4096
+    result = first_touch(int(ns.gib * GIB), passes=ns.passes, chunk_bytes=max(page, int(ns.chunk_gib * GIB) // page * page),
+                         floor_bytes=int(ns.floor_gib * GIB), wait_s=ns.wait_s)
+    print(json.dumps(result.to_dict(), indent=2) if ns.json else render_first_touch(result))
     return 0
 
 
@@ -523,6 +542,16 @@ def build_parser() -> OneLineParser:
     p.add_argument("--key", action="store_true", help="print only this machine's hardware key (its baseline folder)")
     p.add_argument("--root", default="/", help=argparse.SUPPRESS)  # recorded trees in tests
     p.set_defaults(func=cmd_topo)
+    p = sub.add_parser("first-touch", help="what this machine pays to touch memory it has not used yet (a VM whose "
+                       "memory grows as used): fresh memory touched GiB by GiB, twice, with MemTotal after each")
+    p.add_argument("--gib", type=float, default=8.0, help="memory to touch in each pass (default 8)")
+    p.add_argument("--passes", type=int, default=2, help="passes, each over fresh memory freed at its end (default 2)")
+    p.add_argument("--chunk-gib", type=float, default=1.0, help="timed chunk (default 1)")
+    p.add_argument("--floor-gib", type=float, default=2.0,
+                   help="stop before MemAvailable falls below this and does not grow within --wait-s (default 2)")
+    p.add_argument("--wait-s", type=float, default=3.0, help="how long to wait for a growing VM (default 3)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_first_touch)
     p = sub.add_parser("build", help="compile the C++/CUDA kernels into the cache")
     p.add_argument("kernels", nargs="*", metavar="KERNEL", help="only these (stream, cpu_adam, cuda_adam)")
     p.set_defaults(func=cmd_build)
