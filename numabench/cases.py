@@ -284,6 +284,9 @@ class CaseResult:
     # per invocation of a rewarmed A/B session (numabench.workers.run.run_sides): whether the timed
     # rounds after the first still came after an untimed step (empty: not such a session)
     rewarmed: list[bool] = field(default_factory=list)
+    # per invocation: its wall time apart from its steps, and its steps' (fixed_s and steps of
+    # each pair, where fixed_s and step_wall_s hold the first's): where an A/B's time went
+    invocation_walls_s: list[tuple[float, float]] = field(default_factory=list)
 
     def median(self, phase: str) -> float:
         return statistics.median(self.phases[phase])

@@ -138,6 +138,9 @@ def test_a_session_confirms_a_changed_run_with_fresh_pairs(tmp_path, threshold, 
     assert [statistics.median(r) for r in base_rounds] == extra["ab_base"]["invocation_medians_s"]
     assert [statistics.median(r) for r in head_rounds] == extra["invocation_medians_s"]
     assert all(len(b) == len(h) > 0 and min(b) >= 0.1 > max(h) for b, h in zip(base_rounds, head_rounds))
+    # each pair's costs: its steps take the base's 100 ms sleeps, rounds of them
+    walls = extra["invocation_walls_s"]
+    assert len(walls) == pairs and all(fixed > 0 and steps >= 0.1 * len(b) for (fixed, steps), b in zip(walls, base_rounds))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -23,7 +23,8 @@ def pool_invocations(runs: list[CaseResult]) -> CaseResult:
                 for i in range(len(first.per_rank))]
     cpus = [c for r in runs for c in r.invocation_cpus]
     return dataclasses.replace(first, phases=phases, per_rank=per_rank, invocations=invocations,
-                               invocation_cpus=cpus, rewarmed=[w for r in runs for w in r.rewarmed])
+                               invocation_cpus=cpus, rewarmed=[w for r in runs for w in r.rewarmed],
+                               invocation_walls_s=[w for r in runs for w in r.invocation_walls_s])
 
 
 def pool_by_variant(invocations: Iterable[list[CaseResult]]) -> dict[tuple, CaseResult]:

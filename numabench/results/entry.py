@@ -11,8 +11,9 @@ run_step_wall_s, invocation_medians_s, invocation_machines``, ``node_memory_per_
 rank's memory per NUMA node after set-up by numastat's categories: huge, heap, stack, private),
 ``invocation_cpus`` (per invocation, the CPU each rank ran most of its timed steps on),
 under the ``place`` axis each rank's kinds in ``placement[i]["kinds"]`` (and ``place_note`` on a
-machine of one memory node), and (with an injected slowdown) ``injected_slowdown``; then the
-family's metrics (bytes, GB/s, limits, ...).
+machine of one memory node), (with an injected slowdown) ``injected_slowdown``, and (with
+several invocations) ``invocation_walls_s`` (each invocation's wall time apart from its steps,
+and its steps'); then the family's metrics (bytes, GB/s, limits, ...).
 """
 from __future__ import annotations
 
@@ -89,4 +90,6 @@ def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, met
         extra[INVOCATION_CPUS] = result.invocation_cpus
     if result.slowdown != 1.0:
         extra["injected_slowdown"] = result.slowdown
+    if len(result.invocation_walls_s) > 1:  # where several invocations' (an A/B's pairs') time went
+        extra["invocation_walls_s"] = [list(w) for w in result.invocation_walls_s]
     return extra

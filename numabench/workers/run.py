@@ -243,6 +243,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         for r in side_results:
             r.fixed_s, r.step_wall_s = fixed_s, steps_s / max(1, step_requests)
             r.fixed_parts_s = parts
+            r.invocation_walls_s = [(round(fixed_s, 3), round(steps_s, 3))]
     return results
 
 
