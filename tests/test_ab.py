@@ -280,6 +280,36 @@ def test_run_ab_by_rounds_runs_one_session_of_the_head_with_the_base_checked_out
     assert "took " in render(res)
 
 
+@pytest.mark.parametrize("totals, warned", [((5.6, 98.3), True), ((125.8, 125.9), False)], ids=["grew", "steady"])
+def test_a_vm_whose_memory_grew_while_measuring_is_named(repo, monkeypatch, totals, warned):
+    """MemTotal read when the measuring begins and ends: where it grew (a lent VM starts at a few
+    GiB), the summary says that entries allocating fresh memory vary with it; the JSON keeps both."""
+    import numabench.results.ab as ab
+    from numabench.results.ab_formats import from_json, render_as, to_json
+
+    readings = iter(totals)
+    monkeypatch.setattr(ab, "mem_total_gib", lambda: next(readings))
+
+    def invoke_both(base: Side, head: Side, pytest_args, pairs: int, json_path: Path):
+        run = _session_run({A: [1e-3] * pairs}, {A: [1e-3] * pairs})
+        return interleaved_medians(run, pairs)
+
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=2, cwd=repo, build_side=lambda s: "",
+                 invoke_both=invoke_both)
+    assert res.mem_total_gib == totals
+    line = f"WARNING: MemTotal grew from {totals[0]:.1f} to {totals[1]:.1f} GiB while measuring"
+    assert (line in render(res)) is warned and (line in render_as(res, "markdown")) is warned
+    assert res.exit_code == 0  # a warning, not a verdict
+    again = from_json(json.loads(json.dumps(to_json(res))))
+    assert again.mem_total_gib == totals
+    data = to_json(res)
+    data["mem_total_gib"] = [5.6]
+    with pytest.raises(ValueError, match=r"mem_total_gib \[5.6\]: allowed \[GiB when the measuring began"):
+        from_json(data)
+    data["mem_total_gib"] = None  # not read, or saved before it was
+    assert from_json(data).mem_total_gib is None
+
+
 @pytest.mark.parametrize("arg", ["--numa-repeats=3", "--numa-ab-base=/x", "--benchmark-compare"])
 def test_run_ab_refuses_the_options_it_sets_itself(repo, arg):
     with pytest.raises(UsageError, match=f"pytest argument {arg}: numabench ab sets it"):

@@ -120,6 +120,9 @@ class ABResult:
     same_cpus: bool = False  # each pair's two sides on the same CPUs (families with Family.step_threads)
     # the signal that stopped the session before its end (rounds mode): rows are its finished worker runs'
     stopped_by: int | None = None
+    # MemTotal (GiB) when the measuring began and when it ended: a VM whose memory grows as used
+    # shows it here (None: not read)
+    mem_total_gib: tuple[float, float] | None = None
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -517,6 +520,17 @@ def head_axis_args(head_axis: str | None, pytest_args: Sequence[str]) -> tuple[l
     return ["--numa-axis", f"{name}={value}"], f"-{name}={value}"
 
 
+def mem_total_gib() -> float | None:
+    """This machine's MemTotal in GiB (None where /proc/meminfo has none)."""
+    from numabench.machine.first_touch import GIB, read_meminfo
+
+    try:
+        total = read_meminfo().get("MemTotal")
+    except OSError:
+        return None
+    return round(total / GIB, 2) if total else None
+
+
 def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: int = 5, threshold_pct: float = 1.0,
            confidence: float = 0.95, coarsest_pct: float = DEFAULT_COARSEST_PCT, base_env: dict[str, str] | None = None,
            head_env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -592,6 +606,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                 build_side(side)
                 timings[f"build_{label}"] = time.monotonic() - started
             started = time.monotonic()
+            mem_total_before = mem_total_gib()
             if interleave == "rounds":
                 progress(f"{pairs} pairs, rounds alternating between base and head in one session")
                 further = [f"--numa-ab-max-pairs={max_pairs}", f"--numa-ab-target={target_pct:g}%"] \
@@ -616,6 +631,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             else:
                 measured = measure(sides, pytest_args, pairs, tmp, invoke_one, progress)
             timings["measuring"] = time.monotonic() - started
+            mem_total = (mem_total_before, mem_total_gib())
             timings["total"] = timings["build_base"] + timings["build_head"] + timings["measuring"]
             if head_suffix:  # the head's entries under the base's names (the knob removed)
                 measured["head"] = [{n.replace(head_suffix, ""): v for n, v in m.items()} for m in measured["head"]]
@@ -630,6 +646,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         if interleave == "rounds":
             res.confirm_pairs, res.workers, res.same_cpus = confirm_pairs, workers, same_cpus
         res.stopped_by = stopped_by
+        res.mem_total_gib = mem_total if None not in mem_total else None
         res.missing += measured.get("failed", [])
         for line in measured.get("failed", []):
             progress(f"not measured: {line}")

@@ -103,6 +103,9 @@ def summary_lines(res: ABResult) -> list[str]:
     if res.missing:
         lines.append(f"WARNING: {len(res.missing)} entries not measured in every pair of both sides (NOT JUDGED): "
                      + "; ".join(res.missing[:8]) + (" ..." if len(res.missing) > 8 else ""))
+    grown = memory_grown_note(res)
+    if grown:
+        lines.append(f"WARNING: {grown}")
     t = res.timings_s
     if t:
         lines.append(f"took {t['total']:.0f} s: builds {t['build_base']:.0f} s (base) + {t['build_head']:.0f} s "
@@ -111,6 +114,21 @@ def summary_lines(res: ABResult) -> list[str]:
         lines.append(f"REGRESSION: {c[SLOWER]} entries slower by more than {res.threshold_pct:g}% "
                      f"with {res.confidence:.0%} confidence")
     return lines
+
+
+MEMORY_GREW_PCT = 1.0  # MemTotal that moved less than this while measuring did not grow
+
+
+def memory_grown_note(res: ABResult) -> str | None:
+    """What a VM whose memory grew while the A/B measured means for its entries (None: it did not)."""
+    if res.mem_total_gib is None:
+        return None
+    before, after = res.mem_total_gib
+    if not after > before * (1 + MEMORY_GREW_PCT / 100):
+        return None
+    return (f"MemTotal grew from {before:.1f} to {after:.1f} GiB while measuring (a VM whose memory grows as used): "
+            "entries that allocate fresh host memory (pinned_alloc, pageable copies) vary with how far it had grown; "
+            "`numabench first-touch` shows what memory not used yet costs here")
 
 
 def render_text(res: ABResult) -> str:
@@ -195,6 +213,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "timings_s": dict(res.timings_s), "max_pairs": res.max_pairs, "target_resolution_pct": res.target_pct,
         "confirm_pairs": res.confirm_pairs, "workers": res.workers, "same_cpus": res.same_cpus,
         "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None,
+        "mem_total_gib": list(res.mem_total_gib) if res.mem_total_gib else None,
         "entries": [{
             "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "pairs": len(r.base_s),
             "confirmation_pairs": r.confirmation_pairs, "ratio": r.ratio,
@@ -214,6 +233,16 @@ def _timings(data: Any) -> dict[str, float]:
     if not (isinstance(data, dict) and all(isinstance(data.get(k), (int, float)) for k in TIMINGS)):
         raise ValueError(f"timings_s {data!r}: allowed seconds for each of {', '.join(TIMINGS)}")
     return {k: float(data[k]) for k in TIMINGS}
+
+
+def _mem_total(data: Any) -> tuple[float, float] | None:
+    """``mem_total_gib`` as saved: [before, after] in GiB, or none (not read, or saved before it was)."""
+    if data is None:
+        return None
+    if not (isinstance(data, list) and len(data) == 2
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in data)):
+        raise ValueError(f"mem_total_gib {data!r}: allowed [GiB when the measuring began, GiB when it ended]")
+    return float(data[0]), float(data[1])
 
 
 def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
@@ -238,7 +267,8 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        # saved before either existed: no confirming pairs, exec'd workers
                        confirm_pairs=int(data.get("confirm_pairs") or 0), workers=str(data.get("workers") or "exec"),
                        same_cpus=bool(data.get("same_cpus")),
-                       stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None)
+                       stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None,
+                       mem_total_gib=_mem_total(data.get("mem_total_gib")))
         for e in data["entries"]:
             low, high = e["interval"]
             numbers = [e["ratio"], low, high, *e["base_medians_s"], *e["head_medians_s"]]
