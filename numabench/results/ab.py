@@ -96,6 +96,16 @@ class ABRow:
     # per pair, the CPU each rank's worker of that side ran its steps on (rounds mode; None: not recorded)
     base_cpus: list[list[int | None]] | None = None
     head_cpus: list[list[int | None]] | None = None
+    # the pair ratios head/base it was judged on, where they are not head_s / base_s: each pair's
+    # round-by-round ratio (rounds mode; ab_verdict.round_ratio). None: those of the medians
+    round_ratios: list[float] | None = None
+
+    @property
+    def pair_ratios(self) -> list[float]:
+        """Head/base of each pair, as judged: round by round where recorded, else of the medians."""
+        if self.round_ratios is not None:
+            return list(self.round_ratios)
+        return [h / b for b, h in zip(self.base_s, self.head_s)]
 
 
 @dataclass
@@ -123,6 +133,13 @@ class ABResult:
     # MemTotal (GiB) when the measuring began and when it ended: a VM whose memory grows as used
     # shows it here (None: not read)
     mem_total_gib: tuple[float, float] | None = None
+
+    @property
+    def pair_ratio(self) -> str:
+        """What its entries' pair ratios are (ab_verdict.PAIR_RATIOS): "rounds" where every entry's
+        came round by round, "medians" where none did, "mixed" between."""
+        by_rounds = {r.round_ratios is not None for r in self.rows}
+        return "mixed" if len(by_rounds) > 1 else "rounds" if by_rounds == {True} else "medians"
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -169,13 +186,23 @@ def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: in
 
 def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float,
                 confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT, fullname: str = "",
-                first_stage: int | None = None, confirmation_pairs: int = 0) -> ABRow:
-    """One entry's row. With ``confirmation_pairs`` (its worker run's first pairs judged an entry
-    changed and it ran that many more): judged on all its pairs, their own spread (ab_verdict)."""
-    j = ab_verdict.judge(base_s, head_s, threshold_pct, confidence, coarsest_pct,
-                         None if confirmation_pairs else first_stage)
+                first_stage: int | None = None, confirmation_pairs: int = 0,
+                round_ratios: Sequence[float] | None = None) -> ABRow:
+    """One entry's row from each side's per-pair medians. With ``confirmation_pairs`` (its worker
+    run's first pairs judged an entry changed and it ran that many more): judged on all its pairs,
+    their own spread (ab_verdict). ``round_ratios``: each pair's round-by-round ratio (rounds mode),
+    what it is judged on; else the ratios of the medians."""
+    stein = None if confirmation_pairs else first_stage
+    if round_ratios is not None:
+        if len(round_ratios) != len(base_s) or len(head_s) != len(base_s):
+            raise ValueError(f"{name}: {len(round_ratios)} round ratios for {len(base_s)} base and {len(head_s)} "
+                             "head medians: allowed one of each per pair")
+        j = ab_verdict.judge_ratios(round_ratios, threshold_pct, confidence, coarsest_pct, stein)
+    else:
+        j = ab_verdict.judge(base_s, head_s, threshold_pct, confidence, coarsest_pct, stein)
     return ABRow(name, list(base_s), list(head_s), j.ratio, j.low, j.high, j.verdict, j.resolution_pct,
-                 fullname or name, confirmation_pairs)
+                 fullname or name, confirmation_pairs,
+                 round_ratios=None if round_ratios is None else [float(r) for r in round_ratios])
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -403,14 +430,33 @@ def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str,
     # pairs beyond ``pairs``: a worker run whose entries were still too wide (--numa-ab-max-pairs)
     most = max([pairs, *(min(len(h), len(b)) for _, h, b in entries)])
     measured: dict[str, list[dict[str, float]]] = {"base": [{} for _ in range(most)],
-                                                   "head": [{} for _ in range(most)]}
+                                                   "head": [{} for _ in range(most)],
+                                                   "ratios": [{} for _ in range(most)]}
     for b, head, base in entries:
+        ratios = session_round_ratios(b)
         for i in range(min(len(head), len(base))):  # the pairs it has; judge_measured lists the rest
             measured["head"][i][b["fullname"]] = head[i]
             measured["base"][i][b["fullname"]] = float(base[i])
+            if ratios is not None and i < len(ratios):
+                measured["ratios"][i][b["fullname"]] = ratios[i]
     if not any(measured["head"]):
         raise UsageError(f"the A/B session measured nothing: check the selection ({selection})")
     return measured
+
+
+def session_round_ratios(bench: dict) -> list[float] | None:
+    """An entry's pair ratios round by round (ab_verdict.round_ratio) from both sides' rounds in its
+    ``extra_info["ab_base"]``, or None where they are not there for every pair it has (a session
+    saved before they were kept, or a pair whose sides ran different numbers of rounds)."""
+    ab = (bench.get("extra_info") or {}).get(AB_BASE_KEY) or {}
+    base, head = ab.get("invocation_rounds_s"), ab.get("head_invocation_rounds_s")
+    medians = ab.get("invocation_medians_s") or []
+    if not (isinstance(base, list) and isinstance(head, list) and len(base) == len(head) == len(medians)):
+        return None
+    try:
+        return [ab_verdict.round_ratio(b, h) for b, h in zip(base, head)]
+    except (TypeError, ValueError):
+        return None
 
 
 def pair_cpus(run: dict) -> dict[str, dict[str, list]]:
@@ -490,14 +536,18 @@ def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: f
     rows: list[ABRow] = []
     missing: list[str] = []
     need = len(measured["base"]) if pairs is None else pairs
+    ratios = measured.get("ratios") or [{} for _ in measured["base"]]
     for name in sorted(set().union(*measured["base"], *measured["head"])):
-        both = [(b[name], h[name]) for b, h in zip(measured["base"], measured["head"]) if name in b and name in h]
+        both = [(b[name], h[name], r.get(name)) for b, h, r in zip(measured["base"], measured["head"], ratios)
+                if name in b and name in h]
         if any(name not in m for m in (*measured["base"][:need], *measured["head"][:need])):
             missing.append(name)
             continue
-        rows.append(judge_pairs(name.split("::")[-1], [b for b, _ in both], [h for _, h in both], threshold_pct,
-                                confidence, coarsest_pct, name, first_stage=need,
-                                confirmation_pairs=(confirming or {}).get(name, 0)))
+        by_rounds = [r for _, _, r in both]
+        rows.append(judge_pairs(name.split("::")[-1], [b for b, _, _ in both], [h for _, h, _ in both],
+                                threshold_pct, confidence, coarsest_pct, name, first_stage=need,
+                                confirmation_pairs=(confirming or {}).get(name, 0),
+                                round_ratios=by_rounds if None not in by_rounds else None))
     return rows, missing
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.gate.table import _escape_data, _escape_property, format_table
 from numabench.results.ab import TIMINGS, ABResult, ABRow, Side
-from numabench.results.ab_verdict import INTERVAL, UNRESOLVED
+from numabench.results.ab_verdict import INTERVAL, PAIR_RATIOS, UNRESOLVED
 
 FORMATS = ("text", "markdown", "github", "json")
 SCHEMA = "numabench-ab/1"  # the JSON's "schema": docs/GATE.md describes it
@@ -76,7 +76,8 @@ def rule_line(res: ABResult) -> str:
     started += ", both sides of a pair on the same CPUs where a family steps on few threads" if res.same_cpus else ""
     how = f"pairs of fresh workers{started}, rounds alternating between the sides" if res.interleave == "rounds" \
         else "pairs of invocations in ABBA order"
-    return (f"{res.pairs} {how}; ratio head/base: geometric mean of the pair ratios, "
+    return (f"{res.pairs} {how}; ratio head/base: geometric mean of the pair ratios (each pair's "
+            f"{pair_ratio_text(res)}), "
             f"{res.confidence:.0%} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
             f"{res.threshold_pct:g}%; unresolved where the interval's relative half-width (the resolution) is "
             f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured"
@@ -85,6 +86,15 @@ def rule_line(res: ABResult) -> str:
                f"{res.pairs})" if res.max_pairs else "")
             + (f"; a worker run whose pairs judged an entry slower or faster took {res.confirm_pairs} confirming "
                "pairs of fresh workers, its entries judged on all their pairs" if res.confirm_pairs else ""))
+
+
+def pair_ratio_text(res: ABResult) -> str:
+    """What a pair's ratio is in this run (ab_verdict.PAIR_RATIOS)."""
+    if res.pair_ratio in PAIR_RATIOS:
+        return PAIR_RATIOS[res.pair_ratio]
+    by_medians = sum(r.round_ratios is None for r in res.rows)
+    return (f"{PAIR_RATIOS['rounds']}; {by_medians} of {len(res.rows)} entries without both sides' rounds: "
+            f"{PAIR_RATIOS['medians']}")
 
 
 def summary_lines(res: ABResult) -> list[str]:
@@ -208,7 +218,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "hardware_key": res.hardware_key, "datetime": res.when or None, "selection": list(res.selection),
         "pairs": res.pairs,
         "order": "ABBA", "interleave": res.interleave, "threshold_pct": res.threshold_pct, "confidence": res.confidence,
-        "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "counts": counts(res),
+        "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "pair_ratio": res.pair_ratio, "counts": counts(res),
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
         "timings_s": dict(res.timings_s), "max_pairs": res.max_pairs, "target_resolution_pct": res.target_pct,
         "confirm_pairs": res.confirm_pairs, "workers": res.workers, "same_cpus": res.same_cpus,
@@ -218,7 +228,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
             "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "pairs": len(r.base_s),
             "confirmation_pairs": r.confirmation_pairs, "ratio": r.ratio,
             "interval": [r.low, r.high], "resolution_pct": r.resolution_pct,
-            "pair_ratios": [h / b for b, h in zip(r.base_s, r.head_s)],
+            "pair_ratios": r.pair_ratios, "pair_ratios_from": "rounds" if r.round_ratios is not None else "medians",
             "base_medians_s": list(r.base_s), "head_medians_s": list(r.head_s),
             "base_cpus": r.base_cpus, "head_cpus": r.head_cpus,
         } for r in sorted_rows(res)],
@@ -280,10 +290,23 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                                   [float(v) for v in e["head_medians_s"]], float(e["ratio"]), float(low), float(high),
                                   e["verdict"], None if e["resolution_pct"] is None else float(e["resolution_pct"]),
                                   e.get("fullname") or e["name"], int(e.get("confirmation_pairs") or 0),
-                                  _cpus(e.get("base_cpus")), _cpus(e.get("head_cpus"))))
+                                  _cpus(e.get("base_cpus")), _cpus(e.get("head_cpus")), _round_ratios(e)))
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{source}: not an A/B run ({type(e).__name__}: {e})") from None
     return res
+
+
+def _round_ratios(entry: dict) -> list[float] | None:
+    """An entry's round-by-round pair ratios as saved (``pair_ratios_from`` "rounds"), else None
+    (those of its medians, or saved before pairs were judged round by round)."""
+    if entry.get("pair_ratios_from") != "rounds":
+        return None
+    ratios = entry.get("pair_ratios")
+    if not (isinstance(ratios, list) and len(ratios) == len(entry["base_medians_s"])
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+                    for v in ratios)):
+        raise ValueError(f"entry {entry.get('name')!r}: pair_ratios {ratios!r}: allowed a ratio > 0 per pair")
+    return [float(v) for v in ratios]
 
 
 def _cpus(data: Any) -> list[list[int | None]] | None:
