@@ -4,12 +4,14 @@ round i of the base, so each pair's ratio is the median of its round-by-round ra
 from __future__ import annotations
 
 import json
+import math
+import random
 
 import pytest
 
 from fixtures.ab_sides import changed_entries, pairs_wanted
 from numabench.cases import CaseResult
-from numabench.gate.rule import SLOWER
+from numabench.gate.rule import FASTER, SLOWER
 from numabench.results.ab import ABResult, Side, interleaved_medians, judge_measured
 from numabench.results.ab_formats import from_json, render_text, rule_line, to_json
 from numabench.results.ab_verdict import UNRESOLVED, judge, judge_ratios, round_ratio
@@ -123,3 +125,49 @@ def test_a_worker_run_decides_its_confirming_and_further_pairs_round_by_round():
     # the same sides' medians would have wanted every further pair allowed
     same_medians = [(_result([median(b)] * ROUNDS), _result([median(h)] * ROUNDS)) for b, h in zip(base, head)]
     assert changed_entries(same_medians, 1.0, 0.95) == [] and pairs_wanted(same_medians, 1.0, 0.95, 40) == 40
+
+
+def machine_rounds(rng: random.Random, ratio: float, rounds: int = ROUNDS) -> tuple[list[float], list[float]]:
+    """One pair's rounds on a machine with slow spells: each round slot (base and head side by
+    side) is slow (SLOW) or not, the state persisting from slot to slot with probability 0.8 and
+    changing between the two sides of a slot with probability 0.15 (the spell's edge); 2%
+    log-normal noise on every round; the head ``ratio`` slower."""
+    base, head = [], []
+    slow = rng.random() < 0.3
+    for _ in range(rounds):
+        if rng.random() > 0.8:
+            slow = rng.random() < 0.3
+        b = (SLOW if slow else 1.0) * math.exp(rng.gauss(0, 0.02))
+        if rng.random() < 0.15:
+            slow = not slow
+        h = (SLOW if slow else 1.0) * math.exp(rng.gauss(0, 0.02)) * ratio
+        base.append(b * 1e-3)
+        head.append(h * 1e-3)
+    return base, head
+
+
+def verdicts(ratio: float, by_rounds: bool, trials: int = 3000, pairs: int = 3) -> dict[str, int]:
+    rng = random.Random(7)
+    out: dict[str, int] = {}
+    for _ in range(trials):
+        sides = [machine_rounds(rng, ratio) for _ in range(pairs)]
+        if by_rounds:
+            j = judge_ratios([round_ratio(b, h) for b, h in sides], 1.0, 0.95)
+        else:
+            j = judge([median(b) for b, _ in sides], [median(h) for _, h in sides], 1.0, 0.95)
+        out[j.verdict] = out.get(j.verdict, 0) + 1
+    return out
+
+
+def test_round_by_round_verdicts_on_synthetic_pairs_are_false_no_more_often_and_catch_more():
+    """Seeded synthetic pairs with slow spells, 3 pairs, the 1% threshold: judged round by round,
+    an A/A is judged changed no more often than its confidence allows (each pair's round ratios
+    are symmetric about 1 when the sides are alike), and a real 5% is caught far more often than
+    by the ratio of medians, which the spells widen."""
+    trials = 3000
+    aa = verdicts(1.0, by_rounds=True, trials=trials)
+    assert (aa.get(SLOWER, 0) + aa.get(FASTER, 0)) / trials < 0.025
+    caught_by_rounds = verdicts(1.05, by_rounds=True, trials=trials).get(SLOWER, 0) / trials
+    caught_by_medians = verdicts(1.05, by_rounds=False, trials=trials).get(SLOWER, 0) / trials
+    # measured with this seed: 0.37% false; 5% caught in 82% round by round, 43% by medians
+    assert caught_by_rounds > 0.75 and caught_by_medians < 0.55
