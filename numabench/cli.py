@@ -36,6 +36,8 @@ from numabench.numerals import integer
 from numabench.gate.rule import DEFAULT_COARSEST, DEFAULT_THRESHOLD
 from numabench.gate.table import FORMATS
 
+DEFAULT_AB_PAIRS = 5  # numabench ab --pairs
+
 
 class StdoutError(WriteError):
     """Standard output could not be written (what is left in its buffer is dropped)."""
@@ -297,6 +299,9 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     from numabench.results.ab_formats import from_json, render_as, to_json
 
     if ns.show is not None:  # a saved A/B run, rendered again: nothing measured
+        if ns.rejudge is not None:
+            raise UsageError(f"--show {ns.show} renders a saved A/B run as it was judged, --rejudge a kept session "
+                             "judged again: allowed one of them")
         if ns.base is not None or ns.head is not None or ns.pytest_args:
             raise UsageError(f"--show {ns.show}: renders a saved A/B run: allowed without BASE, HEAD and pytest "
                              "arguments")
@@ -309,9 +314,15 @@ def cmd_ab(ns: argparse.Namespace) -> int:
             raise UsageError(f"--show {ns.show}: {e}: allowed the JSON that numabench ab --json wrote") from None
         sys.stdout.write(render_as(res, ns.format))
         return res.exit_code
-    if ns.base is None:
-        raise UsageError("ab needs BASE (a git revision) or --show FILE (a saved A/B run)")
     coarsest = parse_positive_pct(ns.coarsest, "--coarsest", "10%")
+    if ns.rejudge is not None:
+        return rejudge_session(ns, coarsest)
+    if ns.pair_ratio is not None:
+        raise UsageError("--pair-ratio goes with --rejudge SESSION (a measured run judges each pair round by round)")
+    if ns.base is None:
+        raise UsageError("ab needs BASE (a git revision), --show FILE (a saved A/B run) or --rejudge SESSION (a kept "
+                         "session)")
+    ns.pairs = DEFAULT_AB_PAIRS if ns.pairs is None else ns.pairs
     json_path = Path(ns.json) if ns.json else None
     session_path = Path(ns.session_json) if ns.session_json else None
     for option, path in (("--json", json_path), ("--session-json", session_path)):
@@ -334,6 +345,40 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     if json_path is not None:
         try:
             json_path.write_text(json.dumps(to_json(res), indent=2) + "\n")
+        except OSError as e:
+            raise UsageError(f"--json {ns.json}: {e.strerror}") from None
+    sys.stdout.write(render_as(res, ns.format))
+    return res.exit_code
+
+
+def rejudge_session(ns: argparse.Namespace, coarsest: float) -> int:
+    """numabench ab --rejudge SESSION: a kept session's verdicts again, nothing measured."""
+    from numabench.gate.rule import parse_threshold
+    from numabench.results.ab_formats import render_as, to_json
+    from numabench.results.ab_rejudge import rejudge
+
+    measuring = [o for o, given in (("BASE", ns.base is not None), ("pytest arguments", bool(ns.pytest_args)),
+                                    ("--session-json", ns.session_json), ("--base-env", ns.base_env),
+                                    ("--head-env", ns.head_env), ("--head-axis", ns.head_axis),
+                                    ("--max-pairs", ns.max_pairs), ("--confirm-pairs", ns.confirm_pairs is not None))
+                 if given]
+    if measuring:
+        raise UsageError(f"--rejudge {ns.rejudge}: judges a kept session again, measuring nothing: allowed without "
+                         f"{measuring[0]} (with --pairs, --threshold, --confidence, --coarsest, --pair-ratio, "
+                         "--format, --json)")
+    try:
+        run = json.loads(Path(ns.rejudge).read_text())
+    except OSError as e:
+        raise UsageError(f"--rejudge {ns.rejudge}: {e.strerror}: allowed the JSON numabench ab --session-json kept") \
+            from None
+    except ValueError as e:
+        raise UsageError(f"--rejudge {ns.rejudge}: not JSON ({e}): allowed the JSON numabench ab --session-json "
+                         "kept") from None
+    res = rejudge(run, ns.rejudge, pairs=ns.pairs, threshold_pct=parse_threshold(ns.threshold),
+                  confidence=ns.confidence, coarsest_pct=coarsest, pair_ratio=ns.pair_ratio or "rounds")
+    if ns.json:
+        try:
+            Path(ns.json).write_text(json.dumps(to_json(res), indent=2) + "\n")
         except OSError as e:
             raise UsageError(f"--json {ns.json}: {e.strerror}") from None
     sys.stdout.write(render_as(res, ns.format))
@@ -671,12 +716,13 @@ def build_parser() -> OneLineParser:
                                   "round in one session (or whole invocations in turn), a t-interval per entry; "
                                   "exit 1 where it lies beyond the threshold",
                        usage="numabench ab BASE [HEAD] [options] [-- PYTEST_ARGS...] | numabench ab --show FILE "
-                             "[--format F]")
+                             "[--format F] | numabench ab --rejudge SESSION [--pairs N] [--pair-ratio R] [options]")
     p.add_argument("base", nargs="?", default=None, help="base revision (any git revision)")
     p.add_argument("head", nargs="?", default=None,
                    help="head revision (default: the working tree as it is, uncommitted changes included)")
-    p.add_argument("--pairs", type=int, default=5,
-                   help="base/head pairs: fresh workers of both sides per pair (default 5)")
+    p.add_argument("--pairs", type=int, default=None,
+                   help=f"base/head pairs: fresh workers of both sides per pair (default {DEFAULT_AB_PAIRS}); with "
+                        "--rejudge: judge each entry's first this many (default: every pair it has)")
     p.add_argument("--max-pairs", type=int, default=0, metavar="M",
                    help="rounds mode: a worker run whose first --pairs pairs are too spread for its entries to reach "
                         "--target-resolution runs as many further pairs as that needs, up to M in all (Stein's "
@@ -714,6 +760,12 @@ def build_parser() -> OneLineParser:
                    help="text (terminal), markdown (a CI job summary), github (GitHub Actions annotations: an "
                         "error per slower entry), json (the A/B run as data)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the A/B run as JSON here")
+    p.add_argument("--rejudge", default=None, metavar="SESSION",
+                   help="judge a kept session (what --session-json wrote) again, measuring nothing: with --pairs, "
+                        "--threshold, --confidence, --coarsest, --pair-ratio")
+    p.add_argument("--pair-ratio", choices=("rounds", "medians"), default=None,
+                   help="with --rejudge: each pair's ratio the median of its round-by-round ratios (default, as a "
+                        "measured run judges) or the ratio of its medians")
     p.add_argument("--session-json", default=None, metavar="PATH",
                    help="also keep the session's pytest-benchmark JSON here (rounds mode): each entry's base "
                         "medians and both sides' rounds per pair in extra_info.ab_base, each run's costs "

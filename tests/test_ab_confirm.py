@@ -20,6 +20,7 @@ from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.results.ab import confirming_pairs, interleaved_medians, judge_measured, run_ab
 from numabench.results.ab_formats import from_json, render_text, to_json
+from numabench.results.ab_rejudge import rejudge
 from numabench.results.ab_verdict import judge
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_further_pairs import result
@@ -141,6 +142,12 @@ def test_a_session_confirms_a_changed_run_with_fresh_pairs(tmp_path, threshold, 
     # each pair's costs: its steps take the base's 100 ms sleeps, rounds of them
     walls = extra["invocation_walls_s"]
     assert len(walls) == pairs and all(fixed > 0 and steps >= 0.1 * len(b) for (fixed, steps), b in zip(walls, base_rounds))
+    assert extra["ab_base"]["head_env"] == {} and extra["ab_base"]["head_injected_slowdown"] == 1.0
+    # the kept session judged again: its 3 pairs and the confirming ones as they ran, round by round
+    res = rejudge(json.loads(out.read_text()), str(out), threshold_pct=1.0)
+    (row,) = res.rows
+    assert res.pairs == 3 and res.pair_ratio == "rounds" and len(row.base_s) == pairs
+    assert row.confirmation_pairs == pairs - 3 and row.verdict == FASTER and row.ratio < 0.1
 
 
 @pytest.mark.parametrize("args, message", [

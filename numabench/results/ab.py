@@ -133,6 +133,8 @@ class ABResult:
     # MemTotal (GiB) when the measuring began and when it ended: a VM whose memory grows as used
     # shows it here (None: not read)
     mem_total_gib: tuple[float, float] | None = None
+    # a kept session judged again (numabench ab --rejudge): where it was read from; None: measured now
+    rejudged_from: str | None = None
 
     @property
     def pair_ratio(self) -> str:

@@ -68,7 +68,9 @@ def headline(res: ABResult) -> str:
               else f"no regression in {len(res.rows)} entries")
     if res.stopped_by:
         status = f"{stopped_note(res)}; {status}"
-    return f"numabench A/B: {status} ({', '.join(f'{n} {v}' for v, n in c.items())}); exit {res.exit_code}"
+    what = f"numabench A/B (re-judged from {res.rejudged_from}, nothing measured)" if res.rejudged_from \
+        else "numabench A/B"
+    return f"{what}: {status} ({', '.join(f'{n} {v}' for v, n in c.items())}); exit {res.exit_code}"
 
 
 def rule_line(res: ABResult) -> str:
@@ -165,7 +167,8 @@ def render_markdown(res: ABResult) -> str:
     status = f"**{c[SLOWER]} slower**" if c[SLOWER] else "**no regression**"
     if res.stopped_by:
         status = f"**stopped ({signal.Signals(res.stopped_by).name})**, {status}"
-    out = [f"### numabench A/B: {status} ({len(res.rows)} entries)", "",
+    what = f"numabench A/B (re-judged from `{res.rejudged_from}`)" if res.rejudged_from else "numabench A/B"
+    out = [f"### {what}: {status} ({len(res.rows)} entries)", "",
            f"base `{_side(res.base)}`, head `{_side(res.head)}`"
            + (f" on `{res.hardware_key}`" if res.hardware_key else "") + f"; {rule_line(res)}.", ""]
     unresolved = [r for r in sorted_rows(res) if r.verdict == UNRESOLVED]
@@ -224,6 +227,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "confirm_pairs": res.confirm_pairs, "workers": res.workers, "same_cpus": res.same_cpus,
         "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None,
         "mem_total_gib": list(res.mem_total_gib) if res.mem_total_gib else None,
+        "rejudged_from": res.rejudged_from,
         "entries": [{
             "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "pairs": len(r.base_s),
             "confirmation_pairs": r.confirmation_pairs, "ratio": r.ratio,
@@ -278,7 +282,8 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        confirm_pairs=int(data.get("confirm_pairs") or 0), workers=str(data.get("workers") or "exec"),
                        same_cpus=bool(data.get("same_cpus")),
                        stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None,
-                       mem_total_gib=_mem_total(data.get("mem_total_gib")))
+                       mem_total_gib=_mem_total(data.get("mem_total_gib")),
+                       rejudged_from=str(data["rejudged_from"]) if data.get("rejudged_from") else None)
         for e in data["entries"]:
             low, high = e["interval"]
             numbers = [e["ratio"], low, high, *e["base_medians_s"], *e["head_medians_s"]]
