@@ -17,6 +17,7 @@ import pytest
 from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.results.ab_formats import render_text as render
+from numabench.results.ab_session import interleaved_medians
 from numabench.results.ab_verdict import UNRESOLVED
 from numabench.results.ab import (
     ABResult,
@@ -26,7 +27,6 @@ from numabench.results.ab import (
     geometric_mean,
     judge_measured,
     failed_tests,
-    interleaved_medians,
     judge_pairs,
     measure,
     run_ab,
@@ -360,7 +360,8 @@ def test_tests_that_failed_in_the_session_are_listed_not_left_out(repo):
 
 
 def test_each_row_keeps_where_each_sides_workers_ran_pair_by_pair():
-    from numabench.results.ab import attach_cpus, pair_cpus
+    from numabench.results.ab import attach_cpus
+    from numabench.results.ab_session import pair_cpus
     from numabench.results.ab_formats import from_json, to_json
 
     run = _session_run({A: [2e-3, 2e-3, 2e-3], B: [1e-3, 1e-3, 1e-3]}, {A: [1e-3, 1e-3, 1e-3], B: [1e-3] * 3})

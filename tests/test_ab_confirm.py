@@ -18,7 +18,8 @@ import pytest
 from fixtures.ab_sides import changed_entries
 from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
-from numabench.results.ab import confirming_pairs, interleaved_medians, judge_measured, run_ab
+from numabench.results.ab import judge_measured, run_ab
+from numabench.results.ab_session import confirming_pairs, interleaved_medians
 from numabench.results.ab_formats import from_json, render_text, to_json
 from numabench.results.ab_rejudge import rejudge
 from numabench.results.ab_verdict import judge

@@ -18,7 +18,8 @@ from fixtures.ab_sides import pairs_wanted
 from numabench.cases import Case, CaseResult
 from numabench.errors import UsageError
 from numabench.numa.policy import Policy
-from numabench.results.ab import interleaved_medians, judge_measured, run_ab
+from numabench.results.ab import judge_measured, run_ab
+from numabench.results.ab_session import interleaved_medians
 from numabench.results.ab_verdict import UNRESOLVED, judge, pairs_for_target, resolution_pct, t_quantile
 from numabench.gate.rule import SAME, SLOWER
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)

@@ -59,6 +59,7 @@ from numabench.gate.rule import SLOWER
 from numabench.gate.band import DEFAULT_COARSEST_PCT
 from numabench.gate.invocations import invocation_medians
 from numabench.results import ab_verdict
+from numabench.results.ab_session import session_measured
 
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
 # where an A/B run's time went, in seconds: each side's build, the measuring, all of it
@@ -66,7 +67,6 @@ TIMINGS = ("build_base", "build_head", "measuring", "total")
 STATUS_PREFIX = "numabench: "  # how a run's progress lines start (fixtures/progress.py): the ones relayed
 INTERLEAVE = ("rounds", "invocations")  # how base and head take turns (module docstring)
 WORKERS = ("forked", "exec")  # rounds mode: workers forked from a server per side (--numa-forkserver), or exec'd
-AB_BASE_KEY = "ab_base"  # extra_info of an entry of a rounds-interleaved session (fixtures.ab_sides)
 BOOTSTRAP_RESAMPLES = 4000
 RUN_TIMEOUT_S = 3600
 CHILD_STOP_GRACE_S = 30.0  # a stopped build or session's time to end its own workers and compilers
@@ -391,17 +391,6 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
     return session_measured(json_path, pairs, " ".join(pytest_args), failed_tests(proc.stdout))
 
 
-def session_measured(json_path: Path, pairs: int, selection: str = "",
-                     failed: list[str] | None = None) -> dict[str, Any]:
-    """A rounds-mode session's JSON as invoke_interleaved returns it: each side's medians per pair,
-    the tests that ``failed``, each entry's confirming pairs and each pair's CPUs."""
-    run = storage.load_run(json_path)
-    measured: dict[str, Any] = interleaved_medians(run, pairs, selection)
-    measured["failed"] = list(failed or [])
-    measured["confirming"] = confirming_pairs(run)
-    measured["cpus"] = pair_cpus(run)
-    return measured
-
 
 def measured_before_stop(json_path: Path, pairs: int) -> dict[str, Any] | None:
     """What a stopped rounds-mode session's finished worker runs measured, or None where it wrote
@@ -418,58 +407,7 @@ def failed_tests(pytest_output: str) -> list[str]:
     return [ln.strip() for ln in pytest_output.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
 
 
-def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str, list[dict[str, float]]]:
-    """Each side's per-pair medians from a rounds-interleaved session's run: the head's are the
-    entry's invocation medians, the base's its ``extra_info["ab_base"]``. An entry without
-    ``pairs`` of each is in only the pairs it has (judge_measured lists it as missing); one with
-    more (further pairs of its worker run) is in all of them."""
-    entries = []
-    for b in run["benchmarks"]:
-        base = ((b.get("extra_info") or {}).get(AB_BASE_KEY) or {}).get("invocation_medians_s") or []
-        if not all(isinstance(v, (int, float)) and v > 0 for v in base):
-            base = []
-        entries.append((b, invocation_medians(b), base))
-    # pairs beyond ``pairs``: a worker run whose entries were still too wide (--numa-ab-max-pairs)
-    most = max([pairs, *(min(len(h), len(b)) for _, h, b in entries)])
-    measured: dict[str, list[dict[str, float]]] = {"base": [{} for _ in range(most)],
-                                                   "head": [{} for _ in range(most)],
-                                                   "ratios": [{} for _ in range(most)]}
-    for b, head, base in entries:
-        ratios = session_round_ratios(b)
-        for i in range(min(len(head), len(base))):  # the pairs it has; judge_measured lists the rest
-            measured["head"][i][b["fullname"]] = head[i]
-            measured["base"][i][b["fullname"]] = float(base[i])
-            if ratios is not None and i < len(ratios):
-                measured["ratios"][i][b["fullname"]] = ratios[i]
-    if not any(measured["head"]):
-        raise UsageError(f"the A/B session measured nothing: check the selection ({selection})")
-    return measured
 
-
-def session_round_ratios(bench: dict) -> list[float] | None:
-    """An entry's pair ratios round by round (ab_verdict.round_ratio) from both sides' rounds in its
-    ``extra_info["ab_base"]``, or None where they are not there for every pair it has (a session
-    saved before they were kept, or a pair whose sides ran different numbers of rounds)."""
-    ab = (bench.get("extra_info") or {}).get(AB_BASE_KEY) or {}
-    base, head = ab.get("invocation_rounds_s"), ab.get("head_invocation_rounds_s")
-    medians = ab.get("invocation_medians_s") or []
-    if not (isinstance(base, list) and isinstance(head, list) and len(base) == len(head) == len(medians)):
-        return None
-    try:
-        return [ab_verdict.round_ratio(b, h) for b, h in zip(base, head)]
-    except (TypeError, ValueError):
-        return None
-
-
-def pair_cpus(run: dict) -> dict[str, dict[str, list]]:
-    """Entry full name -> each side's CPUs per pair (its ``invocation_cpus``), where both sides say."""
-    out = {}
-    for b in run["benchmarks"]:
-        extra = b.get("extra_info") or {}
-        head, base = extra.get("invocation_cpus"), (extra.get(AB_BASE_KEY) or {}).get("invocation_cpus")
-        if isinstance(head, list) and isinstance(base, list) and head and base:
-            out[b["fullname"]] = {"base": base, "head": head}
-    return out
 
 
 def attach_cpus(rows: Sequence[ABRow], cpus: Mapping[str, Mapping[str, list]]) -> None:
@@ -480,15 +418,6 @@ def attach_cpus(rows: Sequence[ABRow], cpus: Mapping[str, Mapping[str, list]]) -
         if len(base) >= len(row.base_s) and len(head) >= len(row.head_s):
             row.base_cpus, row.head_cpus = base[:len(row.base_s)], head[:len(row.head_s)]
 
-
-def confirming_pairs(run: dict) -> dict[str, int]:
-    """Entry full name -> the confirming pairs its worker run took (fixtures.ab_sides), where it took any."""
-    out = {}
-    for b in run["benchmarks"]:
-        n = ((b.get("extra_info") or {}).get(AB_BASE_KEY) or {}).get("confirmation_pairs") or 0
-        if isinstance(n, int) and n > 0:
-            out[b["fullname"]] = n
-    return out
 
 
 InvokeInterleaved = Callable[[Side, Side, Sequence[str], int, Path], dict[str, Any]]

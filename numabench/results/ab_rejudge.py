@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from numabench.errors import UsageError
-from numabench.results.ab import AB_BASE_KEY, ABResult, Side, confirming_pairs, interleaved_medians, judge_measured
+from numabench.results.ab import ABResult, Side, judge_measured
+from numabench.results.ab_session import AB_BASE_KEY, confirming_pairs, interleaved_medians
 from numabench.results.ab_verdict import MIN_PAIRS, PAIR_RATIOS
 
 

@@ -1,0 +1,92 @@
+"""A rounds-mode A/B session's JSON read back: the one pytest session of the head that timed
+both sides round by round (fixtures.ab_sides) keeps, per entry, the head's invocation medians
+as any run does and the base's, both sides' rounds pair by pair, the confirming pairs its worker
+run took and each pair's CPUs in ``extra_info["ab_base"]``. ``numabench ab`` judges what these
+return (numabench.results.ab.judge_measured), and so does ``--rejudge`` for a kept session.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from numabench.errors import UsageError
+from numabench.gate.invocations import invocation_medians
+from numabench.results import ab_verdict, storage
+
+AB_BASE_KEY = "ab_base"  # extra_info of an entry of a rounds-interleaved session (fixtures.ab_sides)
+
+
+def session_measured(json_path: Path, pairs: int, selection: str = "",
+                     failed: list[str] | None = None) -> dict[str, Any]:
+    """A rounds-mode session's JSON as invoke_interleaved returns it: each side's medians per pair,
+    the tests that ``failed``, each entry's confirming pairs and each pair's CPUs."""
+    run = storage.load_run(json_path)
+    measured: dict[str, Any] = interleaved_medians(run, pairs, selection)
+    measured["failed"] = list(failed or [])
+    measured["confirming"] = confirming_pairs(run)
+    measured["cpus"] = pair_cpus(run)
+    return measured
+
+
+def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str, list[dict[str, float]]]:
+    """Each side's per-pair medians from a rounds-interleaved session's run: the head's are the
+    entry's invocation medians, the base's its ``extra_info["ab_base"]``. An entry without
+    ``pairs`` of each is in only the pairs it has (judge_measured lists it as missing); one with
+    more (further pairs of its worker run) is in all of them."""
+    entries = []
+    for b in run["benchmarks"]:
+        base = ((b.get("extra_info") or {}).get(AB_BASE_KEY) or {}).get("invocation_medians_s") or []
+        if not all(isinstance(v, (int, float)) and v > 0 for v in base):
+            base = []
+        entries.append((b, invocation_medians(b), base))
+    # pairs beyond ``pairs``: a worker run whose entries were still too wide (--numa-ab-max-pairs)
+    most = max([pairs, *(min(len(h), len(b)) for _, h, b in entries)])
+    measured: dict[str, list[dict[str, float]]] = {"base": [{} for _ in range(most)],
+                                                   "head": [{} for _ in range(most)],
+                                                   "ratios": [{} for _ in range(most)]}
+    for b, head, base in entries:
+        ratios = session_round_ratios(b)
+        for i in range(min(len(head), len(base))):  # the pairs it has; judge_measured lists the rest
+            measured["head"][i][b["fullname"]] = head[i]
+            measured["base"][i][b["fullname"]] = float(base[i])
+            if ratios is not None and i < len(ratios):
+                measured["ratios"][i][b["fullname"]] = ratios[i]
+    if not any(measured["head"]):
+        raise UsageError(f"the A/B session measured nothing: check the selection ({selection})")
+    return measured
+
+
+def session_round_ratios(bench: dict) -> list[float] | None:
+    """An entry's pair ratios round by round (ab_verdict.round_ratio) from both sides' rounds in its
+    ``extra_info["ab_base"]``, or None where they are not there for every pair it has (a session
+    saved before they were kept, or a pair whose sides ran different numbers of rounds)."""
+    ab = (bench.get("extra_info") or {}).get(AB_BASE_KEY) or {}
+    base, head = ab.get("invocation_rounds_s"), ab.get("head_invocation_rounds_s")
+    medians = ab.get("invocation_medians_s") or []
+    if not (isinstance(base, list) and isinstance(head, list) and len(base) == len(head) == len(medians)):
+        return None
+    try:
+        return [ab_verdict.round_ratio(b, h) for b, h in zip(base, head)]
+    except (TypeError, ValueError):
+        return None
+
+
+def pair_cpus(run: dict) -> dict[str, dict[str, list]]:
+    """Entry full name -> each side's CPUs per pair (its ``invocation_cpus``), where both sides say."""
+    out = {}
+    for b in run["benchmarks"]:
+        extra = b.get("extra_info") or {}
+        head, base = extra.get("invocation_cpus"), (extra.get(AB_BASE_KEY) or {}).get("invocation_cpus")
+        if isinstance(head, list) and isinstance(base, list) and head and base:
+            out[b["fullname"]] = {"base": base, "head": head}
+    return out
+
+
+def confirming_pairs(run: dict) -> dict[str, int]:
+    """Entry full name -> the confirming pairs its worker run took (fixtures.ab_sides), where it took any."""
+    out = {}
+    for b in run["benchmarks"]:
+        n = ((b.get("extra_info") or {}).get(AB_BASE_KEY) or {}).get("confirmation_pairs") or 0
+        if isinstance(n, int) and n > 0:
+            out[b["fullname"]] = n
+    return out
