@@ -53,7 +53,7 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None, thres
     confirming = confirming_pairs(run)
     first = recorded_pairs(measured, confirming)
     if pairs is not None:
-        most = max(sum(bool(m) for m in measured["base"]), 0)
+        most = sum(bool(m) for m in measured["base"])
         if not MIN_PAIRS <= pairs <= most:
             raise UsageError(f"--pairs {pairs}: {source} has {most} pairs at most: allowed {MIN_PAIRS} to {most}")
         measured = {k: v[:pairs] for k, v in measured.items()}
