@@ -51,3 +51,26 @@ def test_a_cpu_pad_lets_the_process_s_other_threads_run():
     stop.set()
     thread.join()
     assert during > 300, f"the other thread woke {during} times during a 0.5 s pad"
+
+
+def test_a_gpu_pad_is_sized_from_the_phase_s_typical_time():
+    """A phase that takes 10 ms in most rounds and 6 ms in some (a training step) is padded by
+    (F - 1) x 10 ms, so that its median takes F times as long; sized from its fastest round it
+    would get (F - 1) x 6 ms, 3% instead of 5%. A piece of an overlapped schedule keeps the least
+    seen: its measured time less its pad can include what its pad slowed beside it."""
+    pad = SlowdownPad(1.05)
+    assert pad.pad_seconds("step") is None  # nothing observed: no pad yet
+    for took in (0.010, 0.006, 0.010, 0.011, 0.006, 0.010, 0.009):
+        pad.observe("step", took)
+    assert abs(pad.pad_seconds("step") - 0.05 * 0.010) < 1e-12
+    assert abs(pad.pad_seconds("step", share=0.25) - 0.25 * 0.05 * 0.010) < 1e-12
+    assert abs(pad.pad_seconds("step", overlapped=True) - 0.05 * 0.006) < 1e-12
+    # the pad asked for in a round is taken off that round's time before it is remembered
+    pad._pad_s["step"] = 0.0005
+    pad.observe("step", 0.0105)
+    assert abs(pad.pad_seconds("step") - 0.05 * 0.010) < 1e-12
+    # the median of the last rounds: a phase that settles at a new time is padded for it
+    for _ in range(20):
+        pad.observe("step", 0.020)
+    assert abs(pad.pad_seconds("step") - 0.05 * 0.020) < 1e-12
+    assert SlowdownPad(1.0).pad_seconds("step") is None  # no factor: nothing remembered

@@ -82,3 +82,32 @@ def test_transfer_phases_take_the_factor_longer():
         # 1.086, 1.096, 1.060 for 1.10; other runs passed the 1.07-1.13 bound): short, the gate's power
         # figures are pessimistic, never inflated.
         assert FACTOR - 0.06 < ratios[ph] < FACTOR + 0.03, ratios
+
+
+def test_a_phase_that_varies_round_to_round_takes_the_factor_longer_at_its_median():
+    """A GPU phase of 2 ms in three rounds of four and 1 ms in the fourth (a training step's
+    spread) is padded by (F - 1) x its median, so its median takes F times as long; sized from
+    its fastest round the pad would add half of that."""
+    from numabench.toolkit.inject import SlowdownPad
+
+    s = torch.cuda.current_stream()
+
+    def phase_medians(pad: SlowdownPad) -> float:
+        rate = SlowdownPad(FACTOR)._rate(s.device)
+        times = []
+        for n in range(48):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(s)
+            torch.cuda._sleep(int((0.001 if n % 4 == 0 else 0.002) * rate))
+            pad.gpu("phase", s)
+            e1.record(s)
+            e1.synchronize()
+            took = e0.elapsed_time(e1) / 1e3
+            pad.observe("phase", took)
+            if n >= 8:  # the pad has learnt the phase
+                times.append(took)
+        return statistics.median(times)
+
+    plain = phase_medians(SlowdownPad(1.0))
+    padded = phase_medians(SlowdownPad(FACTOR))
+    assert FACTOR - 0.03 < padded / plain < FACTOR + 0.03, (plain, padded)

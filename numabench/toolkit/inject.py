@@ -8,20 +8,25 @@ timed region itself, so the clock that measures the phase sees the wait:
   times what the work took in this very round (a sleep, then a spin of its last
   0.3 ms);
 - GPU phases (CUDA events): before the phase's end event, a spin kernel on the
-  phase's stream (``torch.cuda._sleep``) of (F - 1) times the phase's least
-  un-padded time seen, converted to GPU clock cycles with a rate measured once
-  on this GPU (the SM clock moves, so the pad's real length varies: docs/GATE.md).
+  phase's stream (``torch.cuda._sleep``) of (F - 1) times the phase's typical
+  un-padded time (the median of the last rounds; the least seen for pieces of an
+  overlapped schedule, see SlowdownPad.gpu), converted to GPU clock cycles with a
+  rate measured once on this GPU (the SM clock moves, so the pad's real length
+  varies: docs/GATE.md).
 
 Recorded numbers are never scaled: the gate must catch what the worker did.
 """
 from __future__ import annotations
 
+import collections
 import os
+import statistics
 import time
 from typing import Any, Mapping
 
 SLOWDOWN_ENV = "NUMABENCH_INJECT_SLOWDOWN"
 CPU_SPIN_NS = 300_000  # a CPU pad's last part, spun: time.sleep overshoots by ~0.1 ms
+TYPICAL_OF_LAST = 15  # a serial GPU phase's pad: (F - 1) times the median of its last this many rounds
 
 
 def slowdown_factor(env: Mapping[str, str] | None = None) -> float:
@@ -45,7 +50,8 @@ class SlowdownPad:
     def __init__(self, factor: float | None = None) -> None:
         self.factor = slowdown_factor() if factor is None else factor
         self.active = self.factor != 1.0
-        self._base_s: dict[Any, float] = {}  # phase key -> least un-padded seconds seen
+        self._unpadded_s: dict[Any, collections.deque] = {}  # phase key -> its last un-padded seconds
+        self._least_s: dict[Any, float] = {}  # phase key -> least un-padded seconds seen
         self._pad_s: dict[Any, float] = {}  # phase key -> pad asked for in the current round
         self._cycles_per_s: float | None = None
 
@@ -65,17 +71,29 @@ class SlowdownPad:
             pass
 
     # -- GPU phases ------------------------------------------------------------------
-    def gpu(self, key: Any, stream: Any, share: float = 1.0) -> None:
+    def pad_seconds(self, key: Any, share: float = 1.0, overlapped: bool = False) -> float | None:
+        """The pad for ``share`` of phase ``key`` this round: (F - 1) times its typical un-padded
+        time, the median of its last TYPICAL_OF_LAST rounds (a phase that varies round to round,
+        a training step, gets F times its usual time, not F times its fastest); for a piece of an
+        ``overlapped`` schedule the least seen (see observe). None before the phase was observed."""
+        if overlapped:
+            base = self._least_s.get(key)
+        else:
+            last = self._unpadded_s.get(key)
+            base = statistics.median(last) if last else None
+        return None if base is None else (self.factor - 1) * base * share
+
+    def gpu(self, key: Any, stream: Any, share: float = 1.0, overlapped: bool = False) -> None:
         """Enqueue ``share`` of phase ``key``'s pad on ``stream`` (before its end event); a phase
-        timed as the sum of several pieces (chunks) pads each piece with its share."""
+        timed as the sum of several pieces (chunks) pads each piece with its share;
+        ``overlapped``: the phase runs beside others that its pad slows (pad_seconds)."""
         if not self.active:
             return
-        base = self._base_s.get(key)
-        if base is None:  # first round: nothing to scale yet (warm-up rounds come first)
+        pad = self.pad_seconds(key, share, overlapped)
+        if pad is None:  # first round: nothing to scale yet (warm-up rounds come first)
             return
         import torch
 
-        pad = (self.factor - 1) * base * share
         self._pad_s[key] = self._pad_s.get(key, 0.0) + pad
         cycles = int(pad * self._rate(stream.device))
         if cycles > 0:
@@ -83,13 +101,14 @@ class SlowdownPad:
                 torch.cuda._sleep(cycles)
 
     def observe(self, key: Any, measured_s: float) -> None:
-        """The phase's measured time this round (pad included): remembers the un-padded part,
-        the least seen. A pad can slow what runs beside it (overlapped copies share the link):
-        measured less pad then overstates the phase, and a pad sized from that would grow round
-        after round; the least seen does not."""
+        """The phase's measured time this round (pad included): remembers the un-padded part.
+        A pad can slow what runs beside it (overlapped copies share the link): measured less pad
+        then overstates the phase, and a pad sized from that would grow round after round; the
+        least seen does not, so pieces of an overlapped schedule are sized from it."""
         if self.active:
             base = max(measured_s - self._pad_s.pop(key, 0.0), 0.0)
-            self._base_s[key] = min(base, self._base_s.get(key, base))
+            self._least_s[key] = min(base, self._least_s.get(key, base))
+            self._unpadded_s.setdefault(key, collections.deque(maxlen=TYPICAL_OF_LAST)).append(base)
 
     def _rate(self, device: Any) -> float:
         """GPU clock cycles per second of ``torch.cuda._sleep``, measured once."""

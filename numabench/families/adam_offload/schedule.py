@@ -117,7 +117,7 @@ class OverlappedStep:
 
     def _pad(self, key: tuple, stream: Any, share: float) -> None:
         if self.pad is not None:
-            self.pad.gpu(key, stream, share=share)
+            self.pad.gpu(key, stream, share=share, overlapped=True)
 
     def _d2h(self, lo: int, hi: int, computed: Any, d2h_spans: list) -> None:
         """Queue the D2H copies of elements [lo, hi) once ``computed`` (an event) has happened."""
