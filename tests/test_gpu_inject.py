@@ -91,9 +91,9 @@ def test_a_phase_that_varies_round_to_round_takes_the_factor_longer_at_its_media
     from numabench.toolkit.inject import SlowdownPad
 
     s = torch.cuda.current_stream()
+    rate = SlowdownPad(FACTOR)._rate(s.device)  # GPU cycles per second, for the phase's own work
 
     def phase_medians(pad: SlowdownPad) -> float:
-        rate = SlowdownPad(FACTOR)._rate(s.device)
         times = []
         for n in range(48):
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
