@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Optional, Sequence
 
 from numabench.kernels.build import load_extension
+from numabench.kernels.reference import torch_adam_reference
 
 __all__ = [
     "load",
@@ -173,33 +174,15 @@ def adam_step_(param, grad, exp_avg, exp_avg_sq, *, lr: float, beta1: float = 0.
 def reference_adam_step(param, grads: Sequence, exp_avg, exp_avg_sq, *, lr: float,
                         beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
                         weight_decay: float = 0.0, step: int, adamw: bool = False):
-    """The same step(s) in float64 with ``torch.optim.Adam``/``AdamW`` (for-loop
-    implementation, so no fused/foreach shortcuts).
+    """The same step(s) in float64 by torch.optim's Adam/AdamW (its for-loop implementation,
+    no fused/foreach shortcuts; numabench.kernels.reference).
 
     ``grads`` is one gradient tensor or a sequence of them: the k-th is applied as
     step number ``step + k``.  Inputs are not modified.  Returns float64
     ``(param, exp_avg, exp_avg_sq)`` after the last step.
     """
-    import torch
-
-    if isinstance(grads, torch.Tensor):
-        grads = [grads]
-    p = torch.nn.Parameter(param.detach().to(torch.float64).clone())
-    cls = torch.optim.AdamW if adamw else torch.optim.Adam
-    opt = cls([p], lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay,
-              foreach=False, fused=False)
-    # torch increments state["step"] before using it, so step-1 here makes the
-    # next opt.step() exactly step number `step`.
-    opt.state[p] = {
-        "step": torch.tensor(float(step - 1), dtype=torch.float64),
-        "exp_avg": exp_avg.detach().to(torch.float64).clone(),
-        "exp_avg_sq": exp_avg_sq.detach().to(torch.float64).clone(),
-    }
-    for g in grads:
-        p.grad = g.detach().to(torch.float64).clone()
-        opt.step()
-    st = opt.state[p]
-    return p.detach(), st["exp_avg"], st["exp_avg_sq"]
+    return torch_adam_reference(param, grads, exp_avg, exp_avg_sq, lr=lr, beta1=beta1, beta2=beta2,
+                                eps=eps, weight_decay=weight_decay, step=step, adamw=adamw)
 
 
 def _rel_err(out, ref, scale: float) -> float:

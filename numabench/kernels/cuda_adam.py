@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Tuple, Union
 
 from numabench.kernels.build import load_extension
+from numabench.kernels.reference import torch_adam_reference
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -194,39 +195,15 @@ def reference_adam_step(
     param, grad, exp_avg, exp_avg_sq, *, lr, beta1=0.9, beta2=0.999, eps=1e-8,
     weight_decay=0.0, step, adamw=False,
 ) -> Tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
-    """Step number ``step`` by ``torch.optim.Adam``/``AdamW`` in float64 on the CPU.
+    """Step number ``step`` by torch.optim's Adam/AdamW in float64 on the CPU
+    (numabench.kernels.reference).
 
     The inputs (any dtype/device) are copied to new float64 CPU tensors and are
     not modified.  Returns ``(param, exp_avg, exp_avg_sq)`` after the step.
     """
-    import torch
-
     step = _check_hyper(lr, beta1, beta2, eps, weight_decay, step)
-
-    def f64(t):
-        return t.detach().to(device="cpu", dtype=torch.float64, copy=True).reshape(-1)
-
-    p = f64(param).requires_grad_(False)
-    p.grad = f64(grad)
-    cls = torch.optim.AdamW if adamw else torch.optim.Adam
-    opt = cls(
-        [p], lr=lr, betas=(beta1, beta2), eps=eps, weight_decay=weight_decay,
-        amsgrad=False, maximize=False, foreach=False, fused=False, capturable=False,
-        differentiable=False,
-    )
-    # Pre-set the state so that this one opt.step() is step number `step`:
-    # torch increments state['step'] before computing the bias corrections.
-    opt.state[p] = {
-        "step": torch.tensor(float(step - 1), dtype=torch.float64),
-        "exp_avg": f64(exp_avg),
-        "exp_avg_sq": f64(exp_avg_sq),
-    }
-    with torch.no_grad():
-        opt.step()
-    st = opt.state[p]
-    if float(st["step"]) != float(step):  # pragma: no cover - guards a torch change
-        raise AssertionError(f"reference optimizer ran step {float(st['step'])}, expected {step}")
-    return p.detach(), st["exp_avg"], st["exp_avg_sq"]
+    return torch_adam_reference(param, [grad], exp_avg, exp_avg_sq, lr=lr, beta1=beta1, beta2=beta2,
+                                eps=eps, weight_decay=weight_decay, step=step, adamw=adamw)
 
 
 # --------------------------------------------------------------------------- #

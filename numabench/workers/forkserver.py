@@ -145,7 +145,8 @@ def serve(sock_path: str) -> int:
     import torch  # what every worker would import first (not CUDA: that is started in each worker)
 
     import numabench.workers.main as worker_main
-    # Not torch._dynamo, though torch.optim's first step imports it (5 s a worker on the GPU VMs):
+    # Not torch._dynamo, though an optimizer's first step() imports it (5 s a worker on the GPU VMs;
+    # the Adam checks' reference avoids step() for that, numabench/kernels/reference.py):
     # preloaded here, it came with slower, wider dataloader batches (16-19 ms against 14-15) and
     # train_step DDP steps (5.8-7.4 ms against 5.6-6.1) in a fresh H200 VM's A/As (docs/GATE.md),
     # and it grows every fork's heap from 170k Python objects to 290k
