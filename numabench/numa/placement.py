@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -190,9 +191,9 @@ def pages_report(ranges: Sequence[tuple[int, int]]) -> PlacementReport:
     totals: dict[int, int] = {}
     untouched = 0
     for address, length in ranges:
-        for status in page_nodes(address, length):
+        for status, pages in Counter(page_nodes(address, length)).items():  # counted in C, not page by page
             if status >= 0:
-                totals[status] = totals.get(status, 0) + page
+                totals[status] = totals.get(status, 0) + pages * page
             else:
-                untouched += page
-    return PlacementReport(totals, untouched, source="move_pages")
+                untouched += pages * page
+    return PlacementReport(dict(sorted(totals.items())), untouched, source="move_pages")

@@ -7,6 +7,10 @@ Allocators (the ``alloc`` axis):
   allocator: rounds sizes up to a power of two).
 - ``pageable``: mmap + first touch, not pinned (CPU families, pageable copies).
 
+The first touch of a large buffer runs on several threads where that cannot move a page
+(numabench.toolkit.touch_pages): a 545M-element fp32 Adam state is 8.7 GB, 2.1 million page
+faults, seconds on one thread, and every worker of every pair pays it.
+
 ``segments`` (numabench.numa.kind_layout: the ``place`` axis) place a buffer range by range:
 ``register`` and ``pageable`` mbind each range before the first touch; ``torch`` (whose pages
 the driver allocates and pins at once) allocates under a set_mempolicy switch to the one
@@ -23,8 +27,10 @@ from typing import Iterator, Sequence
 from numabench.numa import mempolicy
 from numabench.numa.kind_layout import Segment
 from numabench.numa.policy import Policy
+from numabench.toolkit.touch_pages import touch_pages
 
 ALLOCATORS = ("register", "torch", "pageable")
+TOUCH_BYTE = 0x3C  # what a touched page holds: never zeros
 
 
 def torch_dtype(name: str) -> "object":
@@ -95,12 +101,12 @@ def allocate(numel: int, dtype: "object", kind: str, segments: Sequence[Segment]
                              f"{sorted(map(str, policies))}: allowed a split buffer with register or pageable")
         with thread_policy(policies.pop() if policies else None):
             t = torch.empty(numel, dtype=dtype, pin_memory=True)
-            ctypes.memset(t.data_ptr(), 0x3C, nbytes)  # touch every page
+            touch_pages(t.data_ptr(), nbytes, TOUCH_BYTE)  # touch every page
         return HostBuffer(t, t.data_ptr(), nbytes, kind)
     buf = mmap.mmap(-1, nbytes)
     addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
     bind_ranges(addr, segments)
-    ctypes.memset(addr, 0x3C, nbytes)  # first touch: the policy places each page now
+    touch_pages(addr, nbytes, TOUCH_BYTE)  # the policy places each page now
     t = torch.frombuffer(buf, dtype=dtype, count=numel)
     hb = HostBuffer(t, addr, nbytes, kind, [buf])
     if kind == "register":

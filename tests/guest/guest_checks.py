@@ -11,6 +11,7 @@ content), 1 when a check crashed. Needs no torch: only numabench's core.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -415,10 +416,75 @@ def check_place() -> dict:
     return out
 
 
+# -- a buffer's first touch on threads (numabench.toolkit.touch_pages) --------------------------
+
+TOUCH_POLICIES = ["default", "bind:1", "bind:1,2", "preferred:2", "interleave:0,1,2", "weighted:0=1,2=3"]
+TOUCH_BYTES = 32 * 2**20
+
+
+def _touched(threads: int):
+    """A fresh mapping touched by ``threads`` threads: where its pages are (move_pages)."""
+    import ctypes
+    import mmap
+
+    from numabench.numa.placement import pages_report
+    from numabench.toolkit.touch_pages import touch_pages
+
+    buf = mmap.mmap(-1, TOUCH_BYTES)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    try:
+        touch_pages(addr, TOUCH_BYTES, 0x3C, threads=threads)
+        return pages_report([(addr, TOUCH_BYTES)])
+    finally:
+        del addr
+        buf.close()
+
+
+def check_touch_threads() -> dict:
+    """Under each task policy, this thread on node 0's CPUs: a buffer touched by 4 threads against
+    one touched by this thread alone (each judged against the policy's promise); and how many
+    threads touch_threads grants on CPUs of two nodes and on one node's."""
+    from numabench.toolkit.hostmem import thread_policy
+    from numabench.toolkit.touch_pages import touch_threads
+
+    topo, _ = _machine()
+    before = os.sched_getaffinity(0)
+    big = 1 << 40
+    out: dict = {"threads_on_two_nodes": touch_threads(big, set(topo.node(0).cpus) | set(topo.node(1).cpus)),
+                 "threads_on_node0": touch_threads(big, set(topo.node(0).cpus)), "rows": []}
+    weights = WeightSetting({n: 1 for n in read_weights()} | {2: 3})
+    try:
+        os.sched_setaffinity(0, topo.node(0).cpus)
+        for name in TOUCH_POLICIES:
+            policy = Policy.parse(name)
+            row: dict = {"policy": name}
+            try:
+                with contextlib.ExitStack() as stack:
+                    if policy.kind == "weighted":
+                        stack.enter_context(weights)
+                    stack.enter_context(thread_policy(None if policy.kind == "default" else policy))
+                    for threads in (1, 4):
+                        report = _touched(threads)
+                        row[f"threads_{threads}"] = {str(k): round(v, 2) for k, v in
+                                                     report.to_dict()["percent_by_node"].items()}
+                        verdict = compare(report, policy.expectation(cpu_node=0))
+                        row[f"ok_{threads}"], row[f"message_{threads}"] = verdict.ok, verdict.message
+            except Exception as e:  # recorded; the host test fails with it
+                row["error"] = f"{type(e).__name__}: {e}"
+            log(f"touch-threads {name:18s} 1 thread {row.get('threads_1')} 4 threads {row.get('threads_4')} "
+                f"{row.get('error', '')}")
+            out["rows"].append(row)
+    finally:
+        os.sched_setaffinity(0, before)
+    out["weights_restored"] = not weights.problems
+    return out
+
+
 CHECKS = {
     "advise": check_advise,
     "place": check_place,
     "cpu-bind": check_cpu_bind,
+    "touch-threads": check_touch_threads,
     "topo": check_topo,
     "placement": check_placement,
     "weights": check_weights,

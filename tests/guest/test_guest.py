@@ -103,7 +103,7 @@ def guest612() -> dict:
 
 @pytest.fixture(scope="module")
 def guest612_place() -> dict:
-    return guest_checks("6.12", "advise", "cpu-bind", "place")
+    return guest_checks("6.12", "advise", "cpu-bind", "touch-threads", "place")
 
 
 @pytest.fixture(scope="module")
@@ -304,6 +304,27 @@ def test_rank_cpus_are_where_the_command_runs(guest612_place):
         assert flag in row["command"], row["command"]
         assert row["affinity"] == row["cpus"], row
     assert {r["cpus"][0] for r in rows} == {0, 1}  # one CPU of each CPU node
+
+
+# -- g2. a buffer's first touch on threads lands where the calling thread's would ---------------
+
+def test_pages_touched_on_threads_land_where_one_thread_s_would(guest612_place):
+    """numabench.toolkit.touch_pages on node 0's CPU: under the local policy, a bind to one node
+    and to two (the nearer, node 2, takes them), a preferred CPU-less node, interleave and weighted
+    interleave, 4 threads place a buffer's pages as the calling thread alone does, each as the
+    policy promises; threads are granted only where the CPUs are on one node."""
+    r = guest612_place["touch-threads"]
+    assert r["threads_on_two_nodes"] == 1 and r["threads_on_node0"] == 1, r  # one CPU per node here
+    assert r["weights_restored"], r
+    assert [row["policy"] for row in r["rows"]] == ["default", "bind:1", "bind:1,2", "preferred:2",
+                                                   "interleave:0,1,2", "weighted:0=1,2=3"]
+    for row in r["rows"]:
+        assert "error" not in row, row
+        assert row["ok_1"] and row["ok_4"], row
+        nodes = set(row["threads_1"]) | set(row["threads_4"])
+        assert all(abs(row["threads_1"].get(n, 0) - row["threads_4"].get(n, 0)) <= 2.0 for n in nodes), row
+    by = {row["policy"]: row for row in r["rows"]}
+    assert by["default"]["threads_4"] == {"0": 100.0} and by["bind:1,2"]["threads_4"] == {"2": 100.0}, by
 
 
 # -- h. the place axis: each kind of host tensor on its own node, a DRAM budget split exactly ------------

@@ -21,6 +21,7 @@ from numabench.numa.kind_layout import StateBuffer
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.toolkit.hostmem import allocate
 from numabench.toolkit.placed_state import PlacedState
+from numabench.toolkit.random_fill import fill_random_
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 1e-3, 0.9, 0.999, 1e-8, 0.0
 
@@ -65,12 +66,12 @@ class Worker(BaseWorker):
                                               for n, k in STATE_BUFFERS.items()], TOUCHES)
         self.host = {n: allocate(self.numel, self.dtype, "pageable", state.segments_of(n)) for n in names}
         self.copy_out = allocate(self.numel, torch.bfloat16, "pageable", state.segments_of("copy_out"))
-        g = torch.Generator().manual_seed(4321 + self.spec.rank)
         t = self.host
-        t["param"].tensor.normal_(0, 1, generator=g)
-        t["grad"].tensor.normal_(0, 1e-2, generator=g)
-        t["exp_avg"].tensor.normal_(0, 1e-2, generator=g)
-        t["exp_avg_sq"].tensor.uniform_(1e-6, 1e-4, generator=g)
+        seed = 4321 + 8 * self.spec.rank  # a seed per rank and tensor; filled on the worker's threads
+        for k, (name, distribution, a, b) in enumerate((("param", "normal", 0, 1), ("grad", "normal", 0, 1e-2),
+                                                        ("exp_avg", "normal", 0, 1e-2),
+                                                        ("exp_avg_sq", "uniform", 1e-6, 1e-4))):
+            fill_random_(t[name].tensor, distribution, a, b, seed + k, self.threads)
         self.step_t = torch.zeros((), dtype=torch.float32)
         self.ds = None
         if "deepspeed" in impls:

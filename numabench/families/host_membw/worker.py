@@ -15,6 +15,7 @@ from numabench.families.host_membw.reply import HostMembwReply
 from numabench.kernels import stream
 from numabench.numa.placement import numa_maps_report, pages_report
 from numabench.toolkit.hostmem import allocate
+from numabench.toolkit.random_fill import fill_random_
 
 
 class Worker(BaseWorker):
@@ -29,9 +30,8 @@ class Worker(BaseWorker):
         torch.set_num_threads(self.threads)
         stream.load()
         self.bufs = [allocate(self.numel, torch.float32, "pageable") for _ in range(4)]
-        g = torch.Generator().manual_seed(99)
-        for b in self.bufs:
-            b.tensor.uniform_(0.5, 1.5, generator=g)
+        for k, b in enumerate(self.bufs):  # filled on the worker's threads, a seed per buffer
+            fill_random_(b.tensor, "uniform", 0.5, 1.5, 99 + k, self.threads)
         # Correct before timed: one pass of each kernel against torch on a small slice.
         a, b, c, d = (x.tensor[:4099].clone() for x in self.bufs)
         stream.run("triad", a, b, c, d, threads=self.threads)
