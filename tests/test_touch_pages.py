@@ -53,6 +53,10 @@ def test_every_byte_is_written_whatever_the_split(threads):
         buf.close()
 
 
+def test_nothing_to_touch_is_no_error():
+    touch_pages(0, 0, 0x5A, threads=4)  # no page, no thread, no write (address 0 is never written)
+
+
 def test_a_buffer_touched_on_threads_is_placed_and_counted_page_by_page():
     """allocate() of a buffer large enough for threads: every byte its touch byte, every page
     counted on this machine's node (move_pages), none untouched; an untouched range counted as such."""

@@ -47,6 +47,8 @@ def touch_pages(address: int, nbytes: int, byte: int, threads: int | None = None
     """Write ``byte`` over [address, address + nbytes): every page touched, by ``threads``
     threads (default: touch_threads) each taking a contiguous, page-aligned share."""
     threads = touch_threads(nbytes) if threads is None else threads
+    if nbytes <= 0:
+        return
     if threads <= 1:
         _libc.memset(address, byte, nbytes)
         return
