@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from numabench.machine.topology import read_nodes
 
 PARALLEL_FROM_BYTES = 256 << 20  # below this a thread's start costs more than it saves
 MOST_THREADS = 16  # page faults of one process stop scaling well beyond this
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.memset.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
-_libc.memset.restype = ctypes.c_void_p
 
 
 def touch_threads(nbytes: int, cpus: set[int] | None = None, cpu_node: dict[int, int] | None = None) -> int:
@@ -50,23 +47,11 @@ def touch_pages(address: int, nbytes: int, byte: int, threads: int | None = None
     if nbytes <= 0:
         return
     if threads <= 1:
-        _libc.memset(address, byte, nbytes)
+        ctypes.memset(address, byte, nbytes)
         return
     page = os.sysconf("SC_PAGE_SIZE")
     share = -(-nbytes // threads // page) * page
-    spans = [(address + off, min(share, nbytes - off)) for off in range(0, nbytes, share)]
-    failed: list[BaseException] = []
-
-    def touch(start: int, length: int) -> None:
-        try:
-            _libc.memset(start, byte, length)  # ctypes lets go of the GIL for the call
-        except BaseException as e:  # noqa: BLE001 - handed to the caller below
-            failed.append(e)
-
-    workers = [threading.Thread(target=touch, args=span, name="numabench-touch") for span in spans]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if failed:
-        raise failed[0]
+    starts = range(address, address + nbytes, share)
+    with ThreadPoolExecutor(max_workers=len(starts), thread_name_prefix="numabench-touch") as pool:
+        # ctypes lets go of the GIL for the call; list(): an error in a share is raised here
+        list(pool.map(lambda start: ctypes.memset(start, byte, min(share, address + nbytes - start)), starts))
