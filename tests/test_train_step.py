@@ -387,6 +387,31 @@ def test_gpu_offload_libraries(mode):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_same_cpus_ab_steps_ddp_on_the_pairs_two_cpus(tmp_path):
+    """A DDP step of the tiny model is its main thread's kernel launches: in a same-runner A/B
+    (this checkout against itself) each pair's two workers run on the two CPUs ab_pair_cpus gives
+    that pair, and say their steps ran there."""
+    from numabench.families.base import ab_pair_cpus
+
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_train_step.py", "--numa-policies=default",
+                           "--numa-axis", "mode=ddp", "--numa-axis", "model=tiny", "--numa-axis", "cpu_bind=node",
+                           "--dtypes=bf16", "--numa-rounds=4", "--numa-warmup=1", "--numa-repeats=2",
+                           f"--numa-ab-base={ROOT}", "--numa-ab-same-cpus", "--numa-forkserver",
+                           f"--benchmark-json={out}", "-p", "no:cacheprovider", "-q"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (entry,) = [b for b in json.loads(out.read_text())["benchmarks"] if b["extra_info"]["phase"] == "step"]
+    extra = entry["extra_info"]
+    ranks = FAM.ranks(case(mode="ddp", dtype="bf16"), TOPO)
+    allowed = sorted(os.sched_getaffinity(0))
+    pairs = [set(ab_pair_cpus(ranks, TOPO, allowed, 2, pair)[0].cpus) for pair in range(2)]
+    for side in (extra["invocation_cpus"], extra["ab_base"]["invocation_cpus"]):
+        assert [cpus[0] in want for cpus, want in zip(side, pairs)] == [True, True], (side, pairs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_torchrun_gpu(tmp_path):
     n = min(2, torch.cuda.device_count())
     out = tmp_path / "r.json"
@@ -485,6 +510,18 @@ def test_the_streamed_mode_declares_our_kernel_where_ranks_run_on_gpus(monkeypat
     assert FAM.kernels_for({"mode": "no-offload", "model": "small"}) == ()
     monkeypatch.setattr(ts, "_cuda_here", lambda: False)
     assert FAM.kernels_for({"mode": "streamed", "model": "tiny"}) == ()
+
+
+def test_on_gpu_ranks_the_on_device_modes_step_on_two_threads(monkeypatch):
+    """A same-runner A/B binds both sides of a pair of these to the same two CPUs (the main thread
+    launching the kernels, autograd's device thread); offload modes and CPU ranks step on many."""
+    import numabench.families.train_step as ts
+
+    monkeypatch.setattr(ts, "_cuda_here", lambda: True)
+    threads = {m: FAM.step_threads(case(mode=m)) for m in ts.MODES}
+    assert threads == {m: 2 if m in ("ddp", "fsdp", "no-offload", "no-offload-master") else 0 for m in ts.MODES}
+    monkeypatch.setattr(ts, "_cuda_here", lambda: False)
+    assert {FAM.step_threads(case(mode=m)) for m in ts.MODES} == {0}
 
 
 @pytest.mark.parametrize("mode, place", [

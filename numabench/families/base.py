@@ -273,11 +273,11 @@ class Family:
     spec_extra: Callable[["Case"], dict] | None = None
     # its workers pad their timed phases for NUMABENCH_INJECT_SLOWDOWN (real extra work)
     injects_slowdown: bool = False
-    # the threads its timed step runs on, where that is few and fixed (0: many, or not fixed): in a
-    # same-runner A/B (--numa-ab-same-cpus, numabench ab's default) each rank of both sides runs on
-    # this many CPUs, the same ones for both sides of a pair (ab_pair_cpus), so that which CPUs the
-    # OS gives a fresh worker cannot tell the sides apart
-    step_threads: int = 0
+    # the threads a case's timed step runs on, where that is few and fixed (0: many, or not fixed):
+    # in a same-runner A/B (--numa-ab-same-cpus, numabench ab's default) each rank of both sides runs
+    # on this many CPUs, the same ones for both sides of a pair (ab_pair_cpus), so that which CPUs
+    # the OS gives a fresh worker cannot tell the sides apart
+    step_threads: Callable[["Case"], int] = lambda case: 0
     # in a same-runner A/B, every timed step after an untimed one of its own, however long the step
     # (else from the second round on only where it is short: numabench.workers.sides.REWARM_BELOW_S):
     # a step on every CPU of its node whose start meets what the other side's threads left

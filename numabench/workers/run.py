@@ -85,7 +85,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
     under REWARM_BELOW_S (the same variants for every side), unless the family rewarms every round
     (``Family.rewarm_every_round``).
     ``same_cpus_pair``: the pair's number in a same-runner A/B whose sides share CPUs: each rank of
-    a family with ``step_threads`` runs on that many CPUs, the same for every side
+    a case whose family gives it ``step_threads`` runs on that many CPUs, the same for every side
     (numabench.families.base.ab_pair_cpus)."""
     if not sides or len({s.label for s in sides}) != len(sides):
         raise ValueError(f"sides {[s.label for s in sides]}: allowed one or more, each label once")
@@ -94,8 +94,9 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         ranks = [Rank(r.index, r.gpu, n, n) for r, n in zip(ranks, rank_nodes)]
     if rank_gpus is not None:
         ranks = [dataclasses.replace(r, gpu=g) for r, g in zip(ranks, rank_gpus)]
-    if same_cpus_pair is not None and family.step_threads:
-        ranks = ab_pair_cpus(ranks, topology, sorted(os.sched_getaffinity(0)), family.step_threads, same_cpus_pair)
+    step_threads = family.step_threads(case) if same_cpus_pair is not None else 0
+    if step_threads:
+        ranks = ab_pair_cpus(ranks, topology, sorted(os.sched_getaffinity(0)), step_threads, same_cpus_pair)
     # the workers pad their phases; checked here before any starts
     slowdowns = {s.label: slowdown_factor(s.environment()) for s in sides}
     retired = retired_env_error()  # a knob's old variable: the workers no longer read it

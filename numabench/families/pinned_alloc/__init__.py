@@ -76,7 +76,7 @@ FAMILY = Family(
                  "`cudaHostAlloc`); reserved bytes, and whether each honours the policy"),
     needs="a CUDA GPU per rank",
     injects_slowdown=True,
-    step_threads=1,  # allocate, touch and free on the worker's one thread
+    step_threads=lambda case: 1,  # allocate, touch and free on the worker's one thread
     phases=("alloc", "free"),
     setup_reply=PinnedAllocReply,
     needs_gpu=True,

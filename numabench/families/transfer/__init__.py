@@ -74,5 +74,5 @@ FAMILY = Family(
     default_rounds=DEFAULT_ROUNDS,
     default_warmup=DEFAULT_WARMUP,
     injects_slowdown=True,
-    step_threads=2,  # one thread per direction at most (pageable bidirectional)
+    step_threads=lambda case: 2,  # one thread per direction at most (pageable bidirectional)
 )
