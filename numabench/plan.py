@@ -36,10 +36,12 @@ MODEL_PLACE_GBPS = 2.0  # first touch + cudaHostRegister of the placed state
 # smoke tier: 3.6-8.9 s for the GPU families, 0.4-9.6 s for the CPU ones)
 MODEL_START_S = {"gpu": 8.0, "cpu": 4.0}
 MODEL_ROUND_OVERHEAD_S = 0.002
-# a kernel the selected cases need is checked once per session (built: a child loads it) or
+# a kernel the selected cases need is checked once per session (built: a child loads it; built
+# and loaded from its folder before: found at once, numabench.kernels.build.loaded_before) or
 # built first: as long as its last build here took (numabench.kernels.built), else these
 # defaults (2 cores: stream and cpu_adam, built together, ~35 s each)
 KERNEL_CACHED_S = 1.5
+KERNEL_LOADED_S = 0.0
 KERNEL_BUILD_S = {"stream": 35.0, "cpu_adam": 45.0, "cuda_adam": 120.0}
 KERNEL_BUILD_DEFAULT_S = 60.0
 
@@ -63,6 +65,14 @@ def kernel_build(kernel: str) -> KernelBuild | None:
     if recorded is not None:
         return KernelBuild(kernel, recorded, "as its last build here")
     return KernelBuild(kernel, KERNEL_BUILD_S.get(kernel, KERNEL_BUILD_DEFAULT_S), "default estimate")
+
+
+def kernel_loaded(kernel: str) -> bool:
+    """Whether ``kernel`` was built and loaded from its folder before: a session's check of it
+    starts no builder."""
+    from numabench.kernels import built
+
+    return built.loaded_before(kernel)
 
 
 def duration(seconds: float) -> str:
@@ -297,7 +307,7 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
             checked.add(k)
             build = kernel_build(k)
             if build is None:
-                seconds += KERNEL_CACHED_S
+                seconds += KERNEL_LOADED_S if kernel_loaded(k) else KERNEL_CACHED_S
             else:
                 plan.builds.append(build)
                 build_s += build.seconds

@@ -32,22 +32,28 @@ Each side runs ``numabench build`` once in its own checkout, which builds every 
 machine can build, in parallel (one compiler each): the longest compile, plus the build
 command's own start (BUILD_START_S). Kernels are built per sources and torch in one build
 folder, so the head's build compiles the kernels not built here yet (as long as their last
-build here took, else the plan's default) and checks the others; the base's build compiles
-only the kernels whose sources differ from the head's: none where they are the same (A/A, or a
-change outside ``csrc/``: the estimate), every one where they differ (the upper figure). Every
-invocation then finds its kernels built, and pays pytest's start and collection, which
-``numabench plan`` times as it runs them.
+build here took, else the plan's default) and loads the others (BUILD_LOADED_S where every one
+was loaded from its folder before: no builder, no torch); the base's build compiles only the
+kernels whose sources differ from the head's: none where they are the same (A/A, or a change
+outside ``csrc/``: the estimate, BUILD_LOADED_S), every one where they differ (the upper
+figure). Every invocation then finds its kernels loaded before, and pays pytest's start and
+collection, which ``numabench plan`` times as it runs them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Mapping
 
-from numabench.plan import KERNEL_BUILD_DEFAULT_S, KERNEL_BUILD_S, KERNEL_CACHED_S, duration
+from numabench.plan import KERNEL_BUILD_DEFAULT_S, KERNEL_BUILD_S, KERNEL_LOADED_S, duration
 
-# `numabench build` with every kernel built already: python, torch's import, the checks (11-12 s
-# on the H100 x1 VMs, in each of five A/B runs)
+# `numabench build` with every kernel built already, one of them not loaded from its folder yet:
+# python, torch's import, a builder per kernel that loads it through torch's build (11-12 s on
+# the H100 x1 VMs, in each of five A/B runs)
 BUILD_START_S = 11.0
+# `numabench build` with every kernel built and loaded before (numabench.kernels.build.loaded_before):
+# python and the command's checks, no torch, no builder (0.11-0.12 s on the 2-core CPU runner,
+# against 2.2 s through torch's load; a GPU machine's driver query adds a little)
+BUILD_LOADED_S = 1.0
 
 
 # how a pair's set-ups count, by whether its workers are forked (ABEstimate.pair_s)
@@ -63,11 +69,12 @@ def compile_seconds(kernel: str) -> float:
     return recorded if recorded is not None else KERNEL_BUILD_S.get(kernel, KERNEL_BUILD_DEFAULT_S)
 
 
-def build_kernels() -> dict[str, tuple[bool, float]]:
-    """Each kernel ``numabench build`` builds here: (built already, its compile seconds)."""
+def build_kernels() -> dict[str, tuple[bool, float, bool]]:
+    """Each kernel ``numabench build`` builds here: (built already, its compile seconds, loaded
+    from its folder before)."""
     from numabench.kernels import built, prebuild
 
-    return {k: (built.is_built(k), compile_seconds(k)) for k in prebuild.default_kernels()}
+    return {k: (built.is_built(k), compile_seconds(k), built.loaded_before(k)) for k in prebuild.default_kernels()}
 
 
 @dataclass(frozen=True)
@@ -90,8 +97,9 @@ class ABEstimate:
 
     @property
     def invocation_s(self) -> float:
-        """One invocation: its kernels built (checked only), plus pytest's start and collection."""
-        return self.plan_s - self.plan_builds_s + self.plan_unbuilt * KERNEL_CACHED_S + self.session_s
+        """One invocation: its kernels built and loaded by the builds (found at once), plus pytest's
+        start and collection."""
+        return self.plan_s - self.plan_builds_s + self.plan_unbuilt * KERNEL_LOADED_S + self.session_s
 
     @property
     def pair_s(self) -> float:
@@ -139,19 +147,24 @@ class ABEstimate:
                 f"base's kernel sources differ (its build ~{duration(self.base_compile_s)}){most}")
 
 
-def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[str, tuple[bool, float]],
+def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[str, tuple[bool, float, bool]],
                 interleave: str = "rounds", rewarm: bool = True, max_pairs: int = 0) -> ABEstimate:
-    """``plan``: numabench.plan.Plan.to_dict() of one invocation; ``kernels``: build_kernels()."""
+    """``plan``: numabench.plan.Plan.to_dict() of one invocation; ``kernels``: build_kernels().
+    The head's build compiles the kernels not built here and loads every one not loaded from its
+    folder before; the base's, of the head's sources, then finds all of them loaded."""
     if pairs < 2:
         raise ValueError(f"pairs {pairs}: allowed 2 or more")
     if interleave not in ("rounds", "invocations"):
         raise ValueError(f"interleave {interleave!r}: allowed rounds, invocations")
     builds = plan.get("builds") or []
+    all_loaded = all(loaded for _, _, loaded in kernels.values())
     return ABEstimate(
         pairs=pairs, plan_s=float(plan["seconds"]), plan_builds_s=sum(float(b["seconds"]) for b in builds),
         plan_unbuilt=len(builds), session_s=session_s,
-        head_build_s=BUILD_START_S + max((s for done, s in kernels.values() if not done), default=0.0),
-        base_build_s=BUILD_START_S, base_compile_s=BUILD_START_S + max((s for _, s in kernels.values()), default=0.0),
+        head_build_s=BUILD_LOADED_S if all_loaded else
+        BUILD_START_S + max((s for done, s, _ in kernels.values() if not done), default=0.0),
+        base_build_s=BUILD_LOADED_S,
+        base_compile_s=BUILD_START_S + max((s for _, s, _ in kernels.values()), default=0.0),
         plan_steps_s=float(plan.get("steps_seconds") or 0.0),
         plan_untimed_s=float(plan.get("untimed_steps_seconds", plan.get("steps_seconds")) or 0.0),
         interleave=interleave, rewarm=rewarm,

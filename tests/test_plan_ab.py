@@ -15,8 +15,8 @@ import pytest
 from numabench.cases import Case
 from numabench.families import family
 from numabench.numa.policy import Policy
-from numabench.plan import KERNEL_BUILD_S, KERNEL_CACHED_S, plan_runs
-from numabench.plan_ab import BUILD_START_S, ab_estimate
+from numabench.plan import KERNEL_BUILD_S, KERNEL_LOADED_S, plan_runs
+from numabench.plan_ab import BUILD_LOADED_S, BUILD_START_S, ab_estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,18 +24,18 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_estimate_is_the_arithmetic_of_its_parts():
     plan = {"seconds": 100.0, "builds": [{"kernel": "cpu_adam", "seconds": 45.0, "source": "default estimate"}],
             "kernels": ["cpu_adam", "stream"], "steps_seconds": 20.0}
-    kernels = {"stream": (True, 30.0), "cpu_adam": (False, 45.0), "cuda_adam": (False, 120.0)}
+    kernels = {"stream": (True, 30.0, False), "cpu_adam": (False, 45.0, False), "cuda_adam": (False, 120.0, False)}
     est = ab_estimate(plan, 3, session_s=4.0, kernels=kernels, interleave="invocations")
-    invocation = 100.0 - 45.0 + KERNEL_CACHED_S + 4.0  # kernels built by then: checked only
+    invocation = 100.0 - 45.0 + KERNEL_LOADED_S + 4.0  # kernels built and loaded by then: found at once
     head = BUILD_START_S + 120.0  # stream built already; the other two compiled at once: the longer
-    base = BUILD_START_S  # the head's sources: built by the head's build
+    base = BUILD_LOADED_S  # the head's sources: built and loaded by the head's build
     assert est.invocation_s == pytest.approx(invocation)
     assert (est.head_build_s, est.base_build_s) == pytest.approx((head, base))
     assert est.seconds == pytest.approx(head + base + 6 * invocation)
     assert est.seconds_if_base_compiles == pytest.approx(head + BUILD_START_S + 120.0 + 6 * invocation)
     assert "(A/B, 3 pairs, invocations interleaved)" in est.summary() and "6 invocations" in est.summary()
     rounds = ab_estimate(plan, 3, session_s=4.0, kernels=kernels, rewarm=False)  # one session, both sides' rounds
-    fixed = 100.0 - 45.0 + KERNEL_CACHED_S - 20.0  # the plan less its builds and steps
+    fixed = 100.0 - 45.0 + KERNEL_LOADED_S - 20.0  # the plan less its builds and steps
     pair = 2 * fixed + 2 * 20.0  # both sides' set-ups (they share the CPUs) and both sides' steps
     assert rounds.pair_s == pytest.approx(pair)
     assert rounds.seconds == pytest.approx(head + base + 4.0 + 3 * pair)
@@ -50,6 +50,11 @@ def test_the_estimate_is_the_arithmetic_of_its_parts():
     assert "if every worker run took 8 pairs" in most.summary() and "took" not in rewarmed.summary()
     with pytest.raises(ValueError, match="pairs 1"):
         ab_estimate(plan, 1, 4.0, kernels)
+    # every kernel built and loaded before: the head's build too starts no builder
+    loaded = {k: (True, s, True) for k, (_, s, _) in kernels.items()}
+    again = ab_estimate({**plan, "builds": []}, 3, session_s=4.0, kernels=loaded)
+    assert (again.head_build_s, again.base_build_s) == pytest.approx((BUILD_LOADED_S, BUILD_LOADED_S))
+    assert again.seconds_if_base_compiles == pytest.approx(again.seconds - BUILD_LOADED_S + BUILD_START_S + 120.0)
 
 
 def test_a_run_plan_counts_untimed_steps_before_every_short_step_and_in_the_first_round_of_long_ones():

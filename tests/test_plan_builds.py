@@ -3,6 +3,7 @@ that is not built for these sources and this torch adds as long as its last buil
 else a stated default, and the plan line says which and why."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,8 +14,9 @@ import pytest
 from numabench.cases import Case
 from numabench.families import family
 from numabench.kernels import built, prebuild
+from numabench.kernels.build import LOADED_STAMP
 from numabench.numa.policy import Policy
-from numabench.plan import KERNEL_BUILD_S, KERNEL_CACHED_S, plan_runs
+from numabench.plan import KERNEL_BUILD_S, KERNEL_CACHED_S, KERNEL_LOADED_S, plan_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,6 +71,13 @@ def test_a_built_kernel_costs_only_its_check(build_dir):
     model = plan_runs(_runs("touch"), None, None, 0)  # no kernel
     assert plan.builds == [] and "kernel build" not in plan.summary()
     assert plan.runs[0].build_s == 0 and plan.runs[0].seconds > KERNEL_CACHED_S and model.runs[0].seconds > 0
+    # loaded from its folder before (the stamp of that very file): found at once, no builder to start
+    so = folder / "numabench_cpu_adam.so"
+    st = so.stat()
+    (folder / LOADED_STAMP).write_text(json.dumps({"file": so.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+    assert built.loaded_before("cpu_adam")
+    again = plan_runs(_runs("cpu_adam"), None, None, 0)
+    assert again.runs[0].seconds == pytest.approx(plan.runs[0].seconds - KERNEL_CACHED_S + KERNEL_LOADED_S)
 
 
 def test_only_the_kernels_the_selected_cases_need(build_dir):

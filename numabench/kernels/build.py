@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -90,7 +92,10 @@ def load_extension(
     build_dir.mkdir(parents=True, exist_ok=True)
     with build_lock(build_dir, name):
         _fault_point(build_dir)
-        return cpp_extension.load(
+        found = loaded_before(build_dir)
+        if found is not None:  # built and loaded before: import it, no ninja to ask
+            return _import_shared_object(found)
+        module = cpp_extension.load(
             name=name,
             sources=[str(p) for p in _snapshot_sources(paths, build_dir / "src")],
             extra_cflags=list(extra_cflags),
@@ -99,6 +104,51 @@ def load_extension(
             build_directory=str(build_dir),
             verbose=bool(os.environ.get("NUMABENCH_BUILD_VERBOSE")),
         )
+        _stamp_loaded(build_dir, Path(module.__file__))
+        return module
+
+
+# Written in a build folder after a load from it succeeded: the shared object's name, size and
+# modification time. torch's load asks ninja whether anything is out of date (a few seconds of
+# checks and subprocesses in every process that loads); a folder is keyed by its sources, flags
+# and torch version (extension_dir), so while that file is unchanged the answer is known.
+LOADED_STAMP = "loaded.json"
+
+
+def loaded_before(build_dir: Path) -> Path | None:
+    """The shared object a load from ``build_dir`` imported, where that file is still the one it
+    imported (same size and modification time); None otherwise (never loaded, rebuilt since, or a
+    stamp that cannot be read)."""
+    try:
+        stamp = json.loads((build_dir / LOADED_STAMP).read_text())
+        path = build_dir / Path(stamp["file"]).name
+        st = path.stat()
+        same = st.st_size == stamp["size"] and st.st_mtime_ns == stamp["mtime_ns"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return path if same else None
+
+
+def _stamp_loaded(build_dir: Path, shared_object: Path) -> None:
+    """Record ``shared_object`` as loaded from ``build_dir`` (best effort: an unwritable folder
+    keeps no stamp, and every load asks ninja)."""
+    try:
+        st = shared_object.stat()
+        tmp = build_dir / f".{LOADED_STAMP}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"file": shared_object.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+        os.replace(tmp, build_dir / LOADED_STAMP)
+    except OSError:
+        pass
+
+
+def _import_shared_object(path: Path) -> ModuleType:
+    """The extension module in ``path``, imported as torch's load imports it (torch is imported)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not an extension module Python can import")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 TORCH_BATON = "lock"  # torch.utils.file_baton's marker file in the build folder

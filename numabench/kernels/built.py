@@ -17,6 +17,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from numabench.kernels import build
 from numabench.kernels.build import build_root, extension_dir
 
 MODULES = {"stream": "numabench.kernels.stream", "cpu_adam": "numabench.kernels.cpu_adam",
@@ -25,6 +26,15 @@ TIMES_FILE = "build-times.json"
 
 
 _VERSION_LINE = re.compile(r"""^__version__\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.M)
+# `cuda: Optional[str] = '13.0'` (a CUDA build) or `cuda: Optional[str] = None` (a CPU build)
+_CUDA_LINE = re.compile(r"""^cuda\s*(?::[^=\n]*)?=\s*['"]?([^'"\s]+)['"]?""", re.M)
+
+
+def torch_cuda_version() -> str | None:
+    """The CUDA version the installed torch was built for (torch.version.cuda), read from
+    torch/version.py without importing torch; None for a CPU build or without torch."""
+    found = _torch_version_file_line(_CUDA_LINE)
+    return found if found and found != "None" else None
 
 
 def torch_version() -> str | None:
@@ -32,6 +42,17 @@ def torch_version() -> str | None:
     it), read from torch/version.py without importing torch; else its package metadata, which
     can differ (a PyPI CUDA wheel's metadata says 2.11.0 where torch.__version__ says
     2.11.0+cu130)."""
+    found = _torch_version_file_line(_VERSION_LINE)
+    if found:
+        return found
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_version_file_line(line: re.Pattern) -> str | None:
+    """The value ``line`` finds in the installed torch's torch/version.py (None: no torch, no such line)."""
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):
@@ -39,15 +60,12 @@ def torch_version() -> str | None:
     if spec is not None and spec.submodule_search_locations:
         for folder in spec.submodule_search_locations:
             try:
-                found = _VERSION_LINE.search((Path(folder) / "version.py").read_text())
+                found = line.search((Path(folder) / "version.py").read_text())
             except OSError:
                 continue
             if found:
                 return found.group(1)
-    try:
-        return metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        return None
+    return None
 
 
 def kernel_dir(kernel: str) -> Path | None:
@@ -64,6 +82,13 @@ def is_built(kernel: str) -> bool:
     """Whether ``kernel``'s build folder holds its shared object: loading it compiles nothing."""
     folder = kernel_dir(kernel)
     return folder is not None and any(folder.glob("*.so"))
+
+
+def loaded_before(kernel: str) -> bool:
+    """Whether ``kernel`` was built and loaded from its build folder, which still holds that shared
+    object (numabench.kernels.build.loaded_before): loading it again runs no build tool."""
+    folder = kernel_dir(kernel)
+    return folder is not None and build.loaded_before(folder) is not None
 
 
 def _times_path() -> Path:

@@ -30,7 +30,7 @@ from typing import Iterator, Sequence
 from numabench.errors import BuildError, UsageError
 from numabench.interrupts import stops_held
 from numabench.kernels import built
-from numabench.kernels.build import BUILDER_ENV, build_root
+from numabench.kernels.build import BUILDER_ENV, build_lock, build_root, loaded_before
 from numabench.kernels.builder_tree import BUILDER_TMPDIR_ENV, builder_preexec, kill_tree
 
 BUILD_TIMEOUT_S = float(os.environ.get("NUMABENCH_BUILD_TIMEOUT_S") or 900)
@@ -45,10 +45,16 @@ _BUILDERS = {
 
 
 def cuda_buildable() -> bool:
-    import torch
-    from torch.utils import cpp_extension
+    """Whether this machine can build and run the CUDA kernel: CUDA GPUs this process sees (asked
+    of the driver), a torch built for CUDA, and a CUDA toolkit where torch's build looks for one
+    (nvcc on the PATH, $CUDA_HOME or $CUDA_PATH, /usr/local/cuda). Torch-free: importing torch
+    would cost a `numabench build` that finds every kernel built seconds."""
+    from numabench.machine.gpus import visible_gpus
 
-    return torch.cuda.is_available() and bool(shutil.which("nvcc") or cpp_extension.CUDA_HOME)
+    if built.torch_cuda_version() is None or not visible_gpus():
+        return False
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    return bool(shutil.which("nvcc")) or os.path.isdir(home)
 
 
 KERNELS = tuple(_BUILDERS)
@@ -118,6 +124,12 @@ def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
         names = default_kernels()
     # kernels found unbuilt: a successful build compiled them, and its time is kept for time plans
     compiles = {n for n in names if n in built.MODULES and not built.is_built(n)}
+    # kernels built and loaded before from their folder, unchanged since: no builder to start (one
+    # would import torch and ask ninja, seconds for nothing), unless a fault is to be injected there
+    found = [] if _fault_at_build() else [n for n in names if n in built.MODULES and _loaded_before(n)]
+    for name in found:
+        yield Outcome(name, True, "ready (built and loaded before)")
+    names = [n for n in names if n not in found]
     started = {}
     tmpdirs: dict[str, str] = {}
     try:
@@ -141,6 +153,24 @@ def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
             shutil.rmtree(tmp, ignore_errors=True)
     if only is None and "cuda_adam" not in names:
         yield Outcome("cuda_adam", True, "skipped: no CUDA GPU or no CUDA toolkit here")
+
+
+def _loaded_before(kernel: str) -> bool:
+    """Whether ``kernel`` was loaded from its build folder before and is unchanged since, asked
+    under the folder's build lock, as a builder would (which also clears what a killed builder
+    left there)."""
+    folder = built.kernel_dir(kernel)
+    if folder is None or not folder.is_dir():
+        return False
+    with build_lock(folder, kernel):
+        return loaded_before(folder) is not None
+
+
+def _fault_at_build() -> bool:
+    """Whether NUMABENCH_FAULT asks for a fault in a kernel builder (tests of the suite)."""
+    from numabench import faults
+
+    return any(f.kind in faults.WORKER_KINDS and f.hits("build", None, None) for f in faults.from_env())
 
 
 def _finish(names: Sequence[str], started: dict) -> Iterator[Outcome]:
