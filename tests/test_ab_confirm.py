@@ -25,7 +25,7 @@ from numabench.results.ab_rejudge import rejudge
 from numabench.results.ab_verdict import judge, judge_ratios
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_further_pairs import result
-from test_ab_sides import ROOT, SESSION, collected_with, slow_base
+from test_ab_sides import ROOT, SESSION, SLEEP_S, collected_with, patched_base, slow_base
 
 
 def test_a_run_is_changed_where_its_pairs_put_an_interval_beyond_the_threshold():
@@ -149,6 +149,27 @@ def test_a_session_confirms_a_changed_run_with_fresh_pairs(tmp_path, threshold, 
     (row,) = res.rows
     assert res.pairs == 3 and res.pair_ratio == "rounds" and len(row.base_s) == pairs
     assert row.confirmation_pairs == pairs - 3 and row.verdict == FASTER and row.ratio < 0.1
+
+
+@pytest.mark.parametrize("threshold, servers", [("1%", 2), ("1e9%", 1)], ids=["changed", "within-threshold"])
+def test_confirming_pairs_fork_from_fresh_servers(tmp_path, threshold, servers):
+    """With forked workers, a side's pairs share its fork server (where it runs, what its memory
+    holds), which can set one side apart in every pair: the confirming pairs fork from new ones.
+    The base's touch worker, 100 ms slower, notes its parent (its server) at every step."""
+    parents = tmp_path / "parents"
+    base = patched_base(tmp_path, "        ctypes.memset(self.addr, value, self.nbytes)\n",
+                        f"        time.sleep({SLEEP_S})\n"
+                        f"        open({str(parents)!r}, 'a').write(f'{{__import__(\"os\").getppid()}}\\n')\n")
+    proc = subprocess.run([*SESSION, "--numa-repeats=3", f"--numa-ab-base={base}", "--numa-forkserver",
+                           "--numa-ab-confirm=2", f"--numa-ab-threshold={threshold}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    seen = parents.read_text().split()
+    in_order = list(dict.fromkeys(seen))  # each server once, in the order its workers stepped
+    assert len(in_order) == servers, in_order
+    if servers == 2:  # the first three pairs from one server, the confirming two from the other
+        first = seen.index(in_order[1])
+        assert set(seen[:first]) == {in_order[0]} and set(seen[first:]) == {in_order[1]}
 
 
 @pytest.mark.parametrize("args, message", [

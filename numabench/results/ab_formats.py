@@ -87,7 +87,8 @@ def rule_line(res: ABResult) -> str:
                f"further pairs, up to {res.max_pairs} (Stein's two-stage rule: its interval's width from the first "
                f"{res.pairs})" if res.max_pairs else "")
             + (f"; a worker run whose pairs judged an entry slower or faster took {res.confirm_pairs} confirming "
-               "pairs of fresh workers, its entries judged on all their pairs" if res.confirm_pairs else ""))
+               f"pairs of fresh workers{' from fresh servers' if res.workers == 'forked' else ''}, its entries "
+               "judged on all their pairs" if res.confirm_pairs else ""))
 
 
 def pair_ratio_text(res: ABResult) -> str:
