@@ -125,6 +125,7 @@ def test_a_build_ends_a_builder_started_as_the_interrupt_came(interrupted_at_sta
     from numabench.kernels import prebuild
 
     monkeypatch.setitem(prebuild._BUILDERS, "stream", "import time; time.sleep(60)")
+    monkeypatch.setenv("NUMABENCH_BUILD_DIR", str(tmp_path))  # not loaded before there: a builder starts
     with pytest.raises(KeyboardInterrupt):
         list(prebuild.build_outcomes(["stream"]))
     assert len(interrupted_at_start) == 1
