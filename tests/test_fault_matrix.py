@@ -96,8 +96,8 @@ def kernel_built(family: str) -> None:
     """The family's kernel built (once per process, in the session's build folder: see
     tests/conftest.py) before its cells: a cell's case is timed from its start, and a first
     compile (20-40 s on a loaded 2-core runner) is not the fault's doing. The build cells
-    still fire: the parent's build child goes through the build lock and the fault point
-    even when the kernel is cached."""
+    still fire: with a fault at build asked for, the parent starts a builder (which goes
+    through the build lock and the fault point) even for a kernel loaded before."""
     from numabench.kernels.prebuild import build_all
 
     for name, status in build_all([KERNEL_OF[family]]):
