@@ -67,14 +67,6 @@ def kernel_build(kernel: str) -> KernelBuild | None:
     return KernelBuild(kernel, KERNEL_BUILD_S.get(kernel, KERNEL_BUILD_DEFAULT_S), "default estimate")
 
 
-def kernel_loaded(kernel: str) -> bool:
-    """Whether ``kernel`` was built and loaded from its folder before: a session's check of it
-    starts no builder."""
-    from numabench.kernels import built
-
-    return built.loaded_before(kernel)
-
-
 def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
@@ -307,7 +299,9 @@ def plan_runs(runs: Iterable[tuple[str, "Family", "Case", int, int, int, int]], 
             checked.add(k)
             build = kernel_build(k)
             if build is None:
-                seconds += KERNEL_LOADED_S if kernel_loaded(k) else KERNEL_CACHED_S
+                from numabench.kernels import built
+
+                seconds += KERNEL_LOADED_S if built.loaded_before(k) else KERNEL_CACHED_S
             else:
                 plan.builds.append(build)
                 build_s += build.seconds
