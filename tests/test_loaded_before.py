@@ -91,6 +91,19 @@ def test_numabench_build_starts_no_builder_for_a_kernel_loaded_before(stream_fol
     assert list(prebuild.build_all(["stream"])) == [("stream", "ready (built and loaded before)")]
 
 
+def test_the_cuda_kernel_loaded_before_is_ready_not_skipped(monkeypatch):
+    """On a CUDA machine where every kernel was loaded before, `numabench build` says each is
+    ready and never also says the CUDA kernel was skipped (no builder started for it is not
+    the same as no CUDA here)."""
+    monkeypatch.setattr(prebuild, "default_kernels", lambda: ["stream", "cpu_adam", "cuda_adam"])
+    monkeypatch.setattr(prebuild, "_loaded_before", lambda kernel: True)
+    assert list(prebuild.build_all()) == [
+        ("stream", "ready (built and loaded before)"),
+        ("cpu_adam", "ready (built and loaded before)"),
+        ("cuda_adam", "ready (built and loaded before)"),
+    ]
+
+
 def test_a_fault_at_build_still_reaches_the_builder(stream_folder, monkeypatch):
     """The suite's own fault tests inject into the builder process: it must start."""
     started = []

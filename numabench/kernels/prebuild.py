@@ -129,11 +129,11 @@ def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
     found = [] if _fault_at_build() else [n for n in names if n in built.MODULES and _loaded_before(n)]
     for name in found:
         yield Outcome(name, True, "ready (built and loaded before)")
-    names = [n for n in names if n not in found]
+    to_build = [n for n in names if n not in found]
     started = {}
     tmpdirs: dict[str, str] = {}
     try:
-        for name in names:
+        for name in to_build:
             # the compilers' temporary files go to a folder of the builder's, removed with it
             tmp = tmpdirs[name] = tempfile.mkdtemp(prefix=f"numabench-build-{name}-")
             env = {**os.environ, BUILDER_ENV: "1", "TMPDIR": tmp, BUILDER_TMPDIR_ENV: tmp}
@@ -141,7 +141,7 @@ def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
                 started[name] = (time.perf_counter(), subprocess.Popen(
                     [sys.executable, "-c", _END_TREE_ON_TERM + _BUILDERS[name]], stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=builder_preexec))
-        for o in _finish(names, started):
+        for o in _finish(to_build, started):
             if o.ok and o.name in compiles:
                 built.record_build_seconds(o.name, o.seconds)
             yield o
