@@ -337,7 +337,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave,
                  head_axis=ns.head_axis, session_json=session_path, max_pairs=ns.max_pairs,
                  target_pct=parse_positive_pct(ns.target_resolution, "--target-resolution"),
-                 confirm_pairs=confirm_pairs(ns), workers=ns.workers, same_cpus=same_cpus(ns))
+                 confirm_pairs=confirm_pairs(ns), workers=ns.workers, same_cpus=same_cpus(ns), passes=passes(ns))
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -360,7 +360,8 @@ def rejudge_session(ns: argparse.Namespace, coarsest: float) -> int:
     measuring = [o for o, given in (("BASE", ns.base is not None), ("pytest arguments", bool(ns.pytest_args)),
                                     ("--session-json", ns.session_json), ("--base-env", ns.base_env),
                                     ("--head-env", ns.head_env), ("--head-axis", ns.head_axis),
-                                    ("--max-pairs", ns.max_pairs), ("--confirm-pairs", ns.confirm_pairs is not None))
+                                    ("--max-pairs", ns.max_pairs), ("--confirm-pairs", ns.confirm_pairs is not None),
+                                    ("--passes", ns.passes is not None))
                  if given]
     if measuring:
         raise UsageError(f"--rejudge {ns.rejudge}: judges a kept session again, measuring nothing: allowed without "
@@ -403,6 +404,20 @@ def same_cpus(ns: argparse.Namespace) -> bool:
     return ns.interleave == "rounds" and not ns.head_axis
 
 
+def passes(ns: argparse.Namespace) -> bool:
+    """numabench ab's --passes: as given, by default on in the rounds mode without --head-axis. Pairs
+    of one worker run taken back to back share the minute they ran in: on the lent GPU VMs an
+    entry whose step allocates moved by a few percent from minute to minute, fresh workers and fork
+    servers alike, and an A/A on H200 x1 judged cpu_adam's torch-foreach slower at 1.042 on 6 such
+    pairs (docs/GATE.md)."""
+    if ns.passes is not None:
+        if ns.passes and (ns.interleave != "rounds" or ns.head_axis):
+            raise UsageError("--passes runs the rounds mode's session once per pair: allowed with "
+                             "--interleave=rounds and without --head-axis")
+        return ns.passes
+    return ns.interleave == "rounds" and not ns.head_axis
+
+
 def cmd_plan(ns: argparse.Namespace) -> int:
     import subprocess
     import tempfile
@@ -415,6 +430,8 @@ def cmd_plan(ns: argparse.Namespace) -> int:
     pairs = None if ns.ab_pairs is None else parse_ab_pairs(ns.ab_pairs)
     if pairs is None and ns.ab_workers != "forked":
         raise UsageError(f"--ab-workers {ns.ab_workers} goes with --ab-pairs N (the plan of numabench ab)")
+    if pairs is None and not ns.ab_passes:
+        raise UsageError("--no-ab-passes goes with --ab-pairs N (the plan of numabench ab)")
     args = ns.pytest_args or ["benchmarks"]
     # the A/B's own option: its session has a base, this plan's collection none
     rewarm = pairs is not None and "--numa-ab-no-rewarm" not in args
@@ -442,7 +459,7 @@ def cmd_plan(ns: argparse.Namespace) -> int:
             from numabench.plan_ab import ab_estimate, build_kernels
 
             print(ab_estimate(json.loads(figures.read_text()), pairs, session_s, build_kernels(),
-                              rewarm=rewarm, max_pairs=most).summary())
+                              rewarm=rewarm, max_pairs=most, passes=ns.ab_passes).summary())
     return 0
 
 
@@ -741,6 +758,12 @@ def build_parser() -> OneLineParser:
                         "touch) runs on that many CPUs, the same ones for both sides of a pair and others for the "
                         "next (default in rounds mode without --head-axis); --no-same-cpus: wherever the OS puts "
                         "each fresh worker")
+    p.add_argument("--passes", action=argparse.BooleanOptionalAction, default=None,
+                   help="rounds mode: pair p of every worker run in a pytest session of its own, pass p (further "
+                        "and confirming pairs passes too), so that an entry's pairs lie a pass apart and their "
+                        "spread counts what moves from minute to minute (default in rounds mode without "
+                        "--head-axis); --no-passes: all pairs of a worker run back to back in one session "
+                        "(one session's start instead of one per pass)")
     p.add_argument("--interleave", choices=("rounds", "invocations"), default="rounds",
                    help="rounds (default): one session of the head, every case timed by both sides' workers, "
                         "rounds alternating; invocations: whole pytest invocations of each side in ABBA order "
@@ -786,6 +809,9 @@ def build_parser() -> OneLineParser:
                    help="also estimate numabench ab of this selection with N pairs: two builds and 2N invocations")
     p.add_argument("--ab-workers", choices=("forked", "exec"), default="forked",
                    help="with --ab-pairs: as numabench ab --workers (default forked: the plan with --numa-forkserver)")
+    p.add_argument("--ab-passes", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --ab-pairs: as numabench ab --passes (default: a session per pair; --no-ab-passes: one "
+                        "session)")
     p.add_argument("--markdown", action="store_true", help="with --list: the README's family table (Markdown)")
     p.add_argument("--readme", default=None, metavar="FILE",
                    help="with --list: rewrite the family table of FILE (README.md) from the families")
@@ -825,8 +851,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "ab" and "--" in argv:  # what follows -- selects the benchmarks
         cut = argv.index("--")
         argv, pytest_args = argv[:cut], argv[cut + 1:]
-    ab_pairs = ab_workers = None
-    if argv and argv[0] == "plan":  # --ab-pairs N and --ab-workers W are plan's own wherever they stand
+    ab_pairs = ab_workers = ab_passes = None
+    if argv and argv[0] == "plan":  # --ab-pairs N, --ab-workers W, --[no-]ab-passes are plan's own wherever they stand
+        for flag, value in (("--ab-passes", True), ("--no-ab-passes", False)):
+            if flag in argv:
+                argv, ab_passes = [a for a in argv if a != flag], value
         try:
             argv, ab_pairs = take_ab_pairs(argv)
             argv, ab_workers = take_option(argv, "--ab-workers")
@@ -844,6 +873,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.ab_pairs = ab_pairs
     if ab_workers is not None:
         ns.ab_workers = ab_workers
+    if ab_passes is not None:
+        ns.ab_passes = ab_passes
     stdout = sys.stdout
     sys.stdout = GuardedStdout(stdout)
     # SIGTERM and SIGHUP as well as Ctrl-C end a command through its finally blocks: ab's

@@ -1,12 +1,15 @@
 """The time an A/B run (``numabench ab``) will take, from the time plan of one invocation of
 its selection (numabench.plan, from this hardware key's baseline where it holds the runs).
-Rounds interleaved in one session (the default): each pair starts and sets up both sides'
-workers together and steps each side's rounds in turn, each timed step after an untimed one
-(``--numa-ab-no-rewarm``: without):
+Rounds interleaved (the default): each pair starts and sets up both sides' workers together and
+steps each side's rounds in turn, each timed step after an untimed one (``--numa-ab-no-rewarm``:
+without); pair p of every worker run in a session of its own, pass p (numabench ab's default,
+numabench.results.ab_passes; ``--no-passes``: one session):
 
-    head's build + base's build + pytest's start and collection + 2 x a fork server's start
+    head's build + base's build + sessions x (pytest's start and collection + 2 x a fork server's start)
         + pairs x (the plan less its kernel builds, imports and steps + 2 x its steps
                    + 2 x its untimed steps)
+
+where sessions is the pairs in passes, else 1.
 
 where a run's untimed steps are its steps where a step takes under REWARM_BELOW_S
 (numabench.workers.sides), else one round of them (longer steps are rewarmed in the first round only).
@@ -94,6 +97,7 @@ class ABEstimate:
     max_pairs: int = 0  # further pairs up to this where a run's first ones are too spread (0: none)
     server_s: float = 0.0  # of plan_s, a fork server's import (--numa-forkserver): once per side, not per pair
     forked: bool = False  # workers forked from a server per side: both sides' set-ups, run at once, count once
+    passes: bool = False  # rounds mode: a session per pair (numabench ab's default), else one for all
 
     @property
     def invocation_s(self) -> float:
@@ -111,9 +115,14 @@ class ABEstimate:
                                                                              if self.rewarm else 0.0)
 
     @property
+    def sessions(self) -> int:
+        """The rounds mode's pytest sessions: one per pair in passes, else one."""
+        return self.pairs if self.passes else 1
+
+    @property
     def measuring_s(self) -> float:
         if self.interleave == "rounds":
-            return self.session_s + 2 * self.server_s + self.pairs * self.pair_s
+            return self.sessions * (self.session_s + 2 * self.server_s) + self.pairs * self.pair_s
         return 2 * self.pairs * self.invocation_s
 
     @property
@@ -123,7 +132,8 @@ class ABEstimate:
     @property
     def seconds_at_most(self) -> float:
         """Every worker run taking ``max_pairs`` pairs (rounds mode): the upper figure."""
-        return self.seconds + max(0, self.max_pairs - self.pairs) * self.pair_s
+        further = max(0, self.max_pairs - self.pairs)
+        return self.seconds + further * (self.pair_s + (self.session_s + 2 * self.server_s if self.passes else 0.0))
 
     @property
     def seconds_if_base_compiles(self) -> float:
@@ -133,8 +143,11 @@ class ABEstimate:
         builds = (f"builds ~{duration(self.head_build_s)} (head) + ~{duration(self.base_build_s)} (base, kernels "
                   f"of the head's sources)")
         if self.interleave == "rounds":
-            then = (f"then one session ({self.session_s:.1f} s pytest start and collection as timed here) of "
-                    f"{self.pairs} pairs x ~{duration(self.pair_s)} (the plan above less its kernel builds "
+            sessions = (f"{self.sessions} sessions (one a pass; {self.session_s:.1f} s pytest start and collection "
+                        "each, as timed here)") if self.passes else \
+                f"one session ({self.session_s:.1f} s pytest start and collection as timed here)"
+            then = (f"then {sessions} of {self.pairs} pairs x ~{duration(self.pair_s)} (the plan above less its "
+                    "kernel builds "
                     f"{SETUPS[self.forked]}; its {duration(self.plan_steps_s)} of steps twice: both sides' rounds"
                     f"{', each short one after an untimed one' if self.rewarm else ''})")
         else:
@@ -148,7 +161,8 @@ class ABEstimate:
 
 
 def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[str, tuple[bool, float, bool]],
-                interleave: str = "rounds", rewarm: bool = True, max_pairs: int = 0) -> ABEstimate:
+                interleave: str = "rounds", rewarm: bool = True, max_pairs: int = 0,
+                passes: bool = False) -> ABEstimate:
     """``plan``: numabench.plan.Plan.to_dict() of one invocation; ``kernels``: build_kernels().
     The head's build compiles the kernels not built here and loads every one not loaded from its
     folder before; the base's, of the head's sources, then finds all of them loaded."""
@@ -169,4 +183,4 @@ def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[st
         plan_untimed_s=float(plan.get("untimed_steps_seconds", plan.get("steps_seconds")) or 0.0),
         interleave=interleave, rewarm=rewarm,
         max_pairs=max_pairs, server_s=float(plan.get("server_seconds") or 0.0),
-        forked=bool(plan.get("forked")))
+        forked=bool(plan.get("forked")), passes=passes and interleave == "rounds")

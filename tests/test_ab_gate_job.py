@@ -109,7 +109,8 @@ def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     assert ("::error title=numabench A/B slower" in out.stdout) == bool(slower)
     log = (results / "ab.log").read_text()
     assert "numabench A/B: " in log and "[ab] 2 pairs, rounds alternating between base and head" in log
-    assert data["interleave"] == "rounds"  # the default: both sides' workers in one session
+    assert data["interleave"] == "rounds"  # the default: both sides' workers in one session a pass
+    assert data["passes"] is True and "[ab] pass 2/2: one pair of every worker run" in log
     page = (results / "site" / "ab-verdicts.html").read_text()  # the A/B run's page, for the job's artifact
     assert entry["name"] in page and 'id="what-changed"' in page
     assert worktrees() == before  # both checkouts removed

@@ -104,8 +104,8 @@ def _seconds(text: str) -> float:
 def test_numabench_plan_prints_the_ab_estimate(tmp_path):
     env = {**os.environ, "NUMABENCH_BUILD_DIR": str(tmp_path)}  # nothing built: default build times
     out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "benchmarks/test_touch.py",
-                          "--numa-policies=default", "--param-sizes=4M"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=300)
+                          "--numa-policies=default", "--param-sizes=4M", "--no-ab-passes"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     plan_line, ab_line = out.stdout.strip().splitlines()
     assert plan_line.startswith("numabench plan: 1 entries in 1 worker runs")
@@ -119,6 +119,16 @@ def test_numabench_plan_prints_the_ab_estimate(tmp_path):
     assert head >= max(KERNEL_BUILD_S["stream"], KERNEL_BUILD_S["cpu_adam"]) + BUILD_START_S
     assert total == pytest.approx(head + base + session + 2 * pair, abs=3)  # each figure rounded to a second
     assert session > 0
+    # numabench ab's default: a session per pair (pass), each with its start and its fork servers
+    out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "benchmarks/test_touch.py",
+                          "--numa-policies=default", "--param-sizes=4M"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    ab_line = out.stdout.strip().splitlines()[1]
+    m = re.match(r"numabench plan \(A/B, 2 pairs, rounds interleaved\): (~[\d.]+ (?:s|min)): .*then 2 sessions \(one "
+                 r"a pass; ([\d.]+) s pytest start and collection each, as timed here\) of 2 pairs x ", ab_line)
+    assert m, ab_line
+    assert _seconds(m.group(1)) - total >= float(m.group(2)) - 2  # one session more (each figure rounded)
     assert "both sides' rounds, each short one after an untimed one)" in ab_line  # the default
     assert "less its kernel builds once: workers forked" in ab_line  # numabench ab's default
     out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "--ab-workers", "exec",

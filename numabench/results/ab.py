@@ -59,6 +59,7 @@ from numabench.gate.rule import SLOWER
 from numabench.gate.band import DEFAULT_COARSEST_PCT
 from numabench.gate.invocations import invocation_medians
 from numabench.results import ab_verdict
+from numabench.results.ab_passes import invoke_in_passes
 from numabench.results.ab_session import session_measured
 
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
@@ -128,6 +129,7 @@ class ABResult:
     confirm_pairs: int = 0  # fresh pairs for a worker run whose first pairs judged an entry changed (0: none)
     workers: str = "exec"  # WORKERS: how each pair's workers started (forked from a server per side, or exec'd)
     same_cpus: bool = False  # each pair's two sides on the same CPUs (families with Family.step_threads)
+    passes: bool = False  # rounds mode: pair p of every worker run in session p (ab_passes), not back to back
     # the signal that stopped the session before its end (rounds mode): rows are its finished worker runs'
     stopped_by: int | None = None
     # MemTotal (GiB) when the measuring began and when it ended: a VM whose memory grows as used
@@ -382,7 +384,8 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
                              "session with: allowed --interleave=invocations for it")
         unknown = next((ln for ln in tail.split(" | ") if "unrecognized arguments:" in ln), "")
         older = [(o, instead) for o, instead in (("--numa-ab-confirm", "--confirm-pairs 0"),
-                                                 ("--numa-forkserver", "--workers exec")) if o in unknown]
+                                                 ("--numa-forkserver", "--workers exec"),
+                                                 ("--numa-ab-pair", "--no-passes")) if o in unknown]
         if older:
             raise UsageError(f"the head ({head.label}) predates {' and '.join(o for o, _ in older)}, which numabench "
                              f"ab runs its session with: allowed {' '.join(i for _, i in older)} for it")
@@ -501,6 +504,17 @@ def head_axis_args(head_axis: str | None, pytest_args: Sequence[str]) -> tuple[l
     return ["--numa-axis", f"{name}={value}"], f"-{name}={value}"
 
 
+def in_session_pairs(max_pairs: int, pairs: int, target_pct: float, confirm_pairs: int, threshold_pct: float,
+                     confidence: float) -> list[str]:
+    """The session options of further and confirming pairs taken back to back in one session."""
+    further = [f"--numa-ab-max-pairs={max_pairs}", f"--numa-ab-target={target_pct:g}%"] if max_pairs > pairs else []
+    if confirm_pairs:
+        further += [f"--numa-ab-confirm={confirm_pairs}", f"--numa-ab-threshold={threshold_pct:g}%"]
+    if further:
+        further.append(f"--numa-ab-confidence={confidence:g}")
+    return further
+
+
 def mem_total_gib() -> float | None:
     """This machine's MemTotal in GiB (None where /proc/meminfo has none)."""
     from numabench.machine.first_touch import GIB, read_meminfo
@@ -519,7 +533,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            build_side: Callable[[Side], str] = build, interleave: str = "rounds",
            invoke_both: InvokeInterleaved | None = None, head_axis: str | None = None,
            session_json: Path | None = None, max_pairs: int = 0, target_pct: float = 3.0,
-           confirm_pairs: int = 0, workers: str = "forked", same_cpus: bool = False) -> ABResult:
+           confirm_pairs: int = 0, workers: str = "forked", same_cpus: bool = False,
+           passes: bool = False) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -535,7 +550,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     judged on all of them. ``workers`` (rounds mode): "forked" from one server per side
     (``--numa-forkserver``), or "exec" (each a fresh interpreter). ``same_cpus`` (rounds mode): each
     rank of a family that steps on few threads runs on as many CPUs, the same for both sides of a
-    pair (``--numa-ab-same-cpus``). ``session_json``: where to keep
+    pair (``--numa-ab-same-cpus``). ``passes`` (rounds mode): pair p of every worker run in a session
+    of its own, pass p (numabench.results.ab_passes; further and confirming pairs passes too), instead
+    of all of a worker run's pairs back to back in one session. ``session_json``: where to keep
     the rounds mode's session (its pytest-benchmark JSON: both sides' medians and each run's costs,
     for time plans)."""
     if pairs < 2:
@@ -550,6 +567,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         raise UsageError(f"--confirm-pairs {confirm_pairs}: allowed 0 (none) or a number >= 2, with "
                          "--interleave=rounds and without --head-axis (confirming pairs are per worker run of one "
                          "session)")
+    if passes and (interleave != "rounds" or head_axis):
+        raise UsageError("--passes runs the rounds mode's session once per pair: allowed with --interleave=rounds "
+                         "and without --head-axis")
     if same_cpus and (interleave != "rounds" or head_axis):
         raise UsageError("--same-cpus binds both sides of a pair of the rounds mode's session: allowed with "
                          "--interleave=rounds and without --head-axis")
@@ -561,7 +581,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                                                            "--numa-ab-max-pairs", "--numa-ab-target",
                                                            "--numa-ab-confidence", "--numa-ab-confirm",
                                                            "--numa-ab-threshold", "--numa-forkserver",
-                                                           "--numa-ab-same-cpus")]
+                                                           "--numa-ab-same-cpus", "--numa-ab-pair",
+                                                           "--numa-ab-runs-of")]
     if taken:
         raise UsageError(f"pytest argument {taken[0]}: numabench ab sets it (pairs: --pairs, --max-pairs, "
                          "--confirm-pairs; environments: --base-env, --head-env; workers: --workers); allowed the "
@@ -589,20 +610,25 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             started = time.monotonic()
             mem_total_before = mem_total_gib()
             if interleave == "rounds":
-                progress(f"{pairs} pairs, rounds alternating between base and head in one session")
-                further = [f"--numa-ab-max-pairs={max_pairs}", f"--numa-ab-target={target_pct:g}%"] \
-                    if max_pairs > pairs else []
-                if confirm_pairs:
-                    further += [f"--numa-ab-confirm={confirm_pairs}", f"--numa-ab-threshold={threshold_pct:g}%"]
-                if further:
-                    further.append(f"--numa-ab-confidence={confidence:g}")
-                if workers == "forked":
-                    further.append("--numa-forkserver")
+                session_args = ["--numa-forkserver"] if workers == "forked" else []
                 if same_cpus:
-                    further.append("--numa-ab-same-cpus")
+                    session_args.append("--numa-ab-same-cpus")
                 try:
-                    measured = invoke_both(sides["base"], sides["head"], [*pytest_args, *further], pairs,
-                                           tmp / "ab.json")
+                    if passes:
+                        progress(f"{pairs} pairs, rounds alternating between base and head, in {pairs} passes: pass "
+                                 "p a session of its own that times pair p of every worker run")
+                        measured = invoke_in_passes(invoke_both, sides["base"], sides["head"],
+                                                    [*pytest_args, *session_args], pairs, tmp, max_pairs=max_pairs,
+                                                    target_pct=target_pct, confirm_pairs=confirm_pairs,
+                                                    threshold_pct=threshold_pct, confidence=confidence,
+                                                    progress=progress)
+                    else:
+                        progress(f"{pairs} pairs, rounds alternating between base and head in one session")
+                        measured = invoke_both(sides["base"], sides["head"],
+                                               [*pytest_args, *in_session_pairs(max_pairs, pairs, target_pct,
+                                                                                confirm_pairs, threshold_pct,
+                                                                                confidence), *session_args],
+                                               pairs, tmp / "ab.json")
                 except StoppedWithMeasurements as stop:  # judged below on what its finished runs measured
                     measured, stopped_by = stop.measured, stop.signum
                     progress(f"stopped ({signal.Signals(stopped_by).name}): judging the entries of the worker "
@@ -625,7 +651,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         if max_pairs > pairs:
             res.max_pairs, res.target_pct = max_pairs, target_pct
         if interleave == "rounds":
-            res.confirm_pairs, res.workers, res.same_cpus = confirm_pairs, workers, same_cpus
+            res.confirm_pairs, res.workers, res.same_cpus, res.passes = confirm_pairs, workers, same_cpus, passes
         res.stopped_by = stopped_by
         res.mem_total_gib = mem_total if None not in mem_total else None
         res.missing += measured.get("failed", [])

@@ -78,6 +78,7 @@ def rule_line(res: ABResult) -> str:
     started += ", both sides of a pair on the same CPUs where a family steps on few threads" if res.same_cpus else ""
     how = f"pairs of fresh workers{started}, rounds alternating between the sides" if res.interleave == "rounds" \
         else "pairs of invocations in ABBA order"
+    how += ", pair p of every worker run in a session of its own (pass p)" if res.passes else ""
     return (f"{res.pairs} {how}; ratio head/base: geometric mean of the pair ratios (each pair's "
             f"{pair_ratio_text(res)}), "
             f"{res.confidence:.0%} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
@@ -87,7 +88,8 @@ def rule_line(res: ABResult) -> str:
                f"further pairs, up to {res.max_pairs} (Stein's two-stage rule: its interval's width from the first "
                f"{res.pairs})" if res.max_pairs else "")
             + (f"; a worker run whose pairs judged an entry slower or faster took {res.confirm_pairs} confirming "
-               f"pairs of fresh workers{' from fresh servers' if res.workers == 'forked' else ''}, its entries "
+               f"pairs of fresh workers{' from fresh servers' if res.workers == 'forked' else ''}"
+               f"{' (passes of their own)' if res.passes else ''}, its entries "
                "judged on all their pairs" if res.confirm_pairs else ""))
 
 
@@ -225,7 +227,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "pair_ratio": res.pair_ratio, "counts": counts(res),
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
         "timings_s": dict(res.timings_s), "max_pairs": res.max_pairs, "target_resolution_pct": res.target_pct,
-        "confirm_pairs": res.confirm_pairs, "workers": res.workers, "same_cpus": res.same_cpus,
+        "confirm_pairs": res.confirm_pairs, "workers": res.workers, "same_cpus": res.same_cpus, "passes": res.passes,
         "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None,
         "mem_total_gib": list(res.mem_total_gib) if res.mem_total_gib else None,
         "rejudged_from": res.rejudged_from,
@@ -281,7 +283,7 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        else float(data["target_resolution_pct"]),
                        # saved before either existed: no confirming pairs, exec'd workers
                        confirm_pairs=int(data.get("confirm_pairs") or 0), workers=str(data.get("workers") or "exec"),
-                       same_cpus=bool(data.get("same_cpus")),
+                       same_cpus=bool(data.get("same_cpus")), passes=bool(data.get("passes")),
                        stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None,
                        mem_total_gib=_mem_total(data.get("mem_total_gib")),
                        rejudged_from=str(data["rejudged_from"]) if data.get("rejudged_from") else None)

@@ -1,0 +1,201 @@
+"""A same-runner A/B's pairs in passes (``numabench ab``'s default in the rounds mode): pass p is
+one pytest session that times pair p of every selected worker run (fixtures.ab_sides,
+``--numa-ab-pair=p``), so that one entry's pairs lie a whole pass apart instead of back to back.
+
+Why: on the lent GPU VMs an entry whose step allocates (cpu_adam's torch-foreach, pinned_alloc)
+moves by a few percent between runs of unchanged code, an offset that the pairs of one minute
+share, fresh workers and fresh fork servers included (docs/GATE.md): pairs taken back to back
+measure that minute's offset as if it were a change, and their interval, built from their
+spread alone, does not know it. Pairs a pass apart sample the offset as it moves, and their
+spread counts it.
+
+Further pairs (Stein's rule, ``max_pairs``) and confirming pairs (``confirm_pairs``) are passes
+too, each a session over only the worker runs that need them (``--numa-ab-runs-of``); a
+confirming pass's session starts its own fork servers, as every session does.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from numabench.gate.rule import FASTER, SLOWER
+from numabench.results.ab_session import AB_BASE_KEY
+from numabench.results.ab_verdict import MIN_PAIRS, judge_ratios, pairs_for_target
+
+# invoke_interleaved's shape: (base, head, pytest args, pairs, JSON path) -> what one session measured
+InvokeSession = Callable[[Any, Any, Sequence[str], int, Path], dict[str, Any]]
+
+# an entry's per-pair lists in a session's JSON, extended pass by pass in the kept session
+HEAD_PER_PAIR = ("invocation_medians_s", "invocation_machines", "invocation_cpus", "invocation_walls_s")
+BASE_PER_PAIR = ("invocation_medians_s", "invocation_cpus", "invocation_rounds_s", "head_invocation_rounds_s",
+                 "rewarmed_pairs")
+
+
+def empty_measured() -> dict[str, Any]:
+    return {"base": [], "head": [], "ratios": [], "failed": [], "confirming": {}, "cpus": {}, "_no_cpus": set()}
+
+
+def merge_session(merged: dict[str, Any], session: dict[str, Any]) -> None:
+    """One session's measurements (invoke_interleaved's) appended to ``merged``: its pairs after
+    the pairs so far, its failed tests once each, each entry's CPUs per pair where every pair the
+    entry has says (else none for it: attach_cpus matches them to pairs by position)."""
+    pairs = len(session.get("base") or [])
+    ratios = session.get("ratios") or [{} for _ in range(pairs)]
+    before = len(merged["base"])
+    merged["base"].extend(session.get("base") or [])
+    merged["head"].extend(session.get("head") or [])
+    merged["ratios"].extend(ratios)
+    merged["failed"].extend(f for f in session.get("failed") or [] if f not in merged["failed"])
+    cpus = session.get("cpus") or {}
+    for name in set().union(*(session.get("base") or [])):
+        if name in merged["_no_cpus"]:
+            continue
+        had = sum(name in m for m in merged["base"][:before])
+        got, entry = cpus.get(name), merged["cpus"].get(name)
+        if got is None or len(entry["base"] if entry else []) != had:
+            merged["cpus"].pop(name, None)
+            merged["_no_cpus"].add(name)
+            continue
+        entry = merged["cpus"].setdefault(name, {"base": [], "head": []})
+        entry["base"].extend(got["base"])
+        entry["head"].extend(got["head"])
+
+
+def entry_pair_ratios(measured: dict[str, Any], name: str) -> list[float]:
+    """An entry's head/base per pair it has: round by round where recorded, else of its medians."""
+    out = []
+    ratios = measured.get("ratios") or [{} for _ in measured["base"]]
+    for b, h, r in zip(measured["base"], measured["head"], ratios):
+        if name in b and name in h:
+            out.append(r.get(name) or h[name] / b[name])
+    return out
+
+
+def further_wanted(measured: dict[str, Any], target_pct: float, confidence: float, most: int) -> dict[str, int]:
+    """Stein's first stage per entry (ab_verdict.pairs_for_target): the pairs in all that each
+    entry whose first pairs are too spread needs, at most ``most``; entries that need none left out."""
+    wanted = {}
+    for name in sorted(set().union(*measured["base"])):
+        ratios = entry_pair_ratios(measured, name)
+        if len(ratios) >= MIN_PAIRS:
+            n = pairs_for_target(ratios, target_pct, confidence, most)
+            if n > len(ratios):
+                wanted[name] = n
+    return wanted
+
+
+def changed_names(measured: dict[str, Any], threshold_pct: float, confidence: float, first_stage: int) -> list[str]:
+    """The entries that the pairs so far judge slower or faster (Stein's ``first_stage`` where an
+    entry has further pairs): the ones whose worker runs take confirming passes."""
+    changed = []
+    for name in sorted(set().union(*measured["base"])):
+        ratios = entry_pair_ratios(measured, name)
+        if len(ratios) < MIN_PAIRS:
+            continue
+        stein = first_stage if len(ratios) > first_stage else None
+        if judge_ratios(ratios, threshold_pct, confidence, first_stage=stein).verdict in (SLOWER, FASTER):
+            changed.append(name)
+    return changed
+
+
+def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Sequence[str], pairs: int,
+                     scratch: Path, *, max_pairs: int = 0, target_pct: float = 3.0, confirm_pairs: int = 0,
+                     threshold_pct: float = 1.0, confidence: float = 0.95,
+                     progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """``pairs`` passes of the whole selection, then further passes (Stein's rule, up to
+    ``max_pairs`` pairs an entry) and ``confirm_pairs`` confirming passes over the worker runs that
+    need them: what they measured merged as one session's (invoke_interleaved's shape, "confirming":
+    each entry's confirming pairs), and the kept session (``scratch / "ab.json"``) merged likewise.
+    A stop (KeyboardInterrupt carrying ``measured``) is re-raised carrying every pass's."""
+    merged = empty_measured()
+    jsons: list[Path] = []
+    listing = scratch / "runs-of.txt"
+
+    def one_pass(number: int, total: int | None, only: Sequence[str] | None, why: str) -> dict[str, Any]:
+        args = [*pytest_args, f"--numa-ab-pair={number}"]
+        if only is not None:
+            listing.write_text("".join(f"{n}\n" for n in only))
+            args.append(f"--numa-ab-runs-of={listing}")
+        progress(f"pass {number + 1}{f'/{total}' if total else ''}: {why}")
+        path = scratch / f"pass-{number + 1}.json"
+        try:
+            session = invoke_session(base, head, args, 1, path)
+        except KeyboardInterrupt as stop:
+            if getattr(stop, "measured", None) is not None:
+                merge_session(merged, stop.measured)
+                stop.measured = finished(merged)  # type: ignore[attr-defined]
+                _keep_session(scratch, [*jsons, path] if path.is_file() else jsons, merged)
+            raise
+        jsons.append(path)
+        merge_session(merged, session)
+        return session
+
+    for p in range(pairs):
+        one_pass(p, pairs, None, "one pair of every worker run")
+    done = pairs
+    if max_pairs > pairs:
+        wanted = further_wanted(merged, target_pct, confidence, max_pairs)
+        for p in range(pairs, max(wanted.values(), default=pairs)):
+            only = [n for n, w in wanted.items() if w > p]
+            one_pass(p, None, only, f"a further pair of the worker runs of {len(only)} entries too spread")
+            done = p + 1
+    if confirm_pairs:
+        changed = changed_names(merged, threshold_pct, confidence, pairs)
+        for p in range(done, done + (confirm_pairs if changed else 0)):
+            session = one_pass(p, None, changed, f"a confirming pair of the worker runs of {len(changed)} entries "
+                                                 "judged changed")
+            for name in set().union(*session.get("base") or []):
+                merged["confirming"][name] = merged["confirming"].get(name, 0) + 1
+    _keep_session(scratch, jsons, merged)
+    return finished(merged)
+
+
+def finished(merged: dict[str, Any]) -> dict[str, Any]:
+    """``merged`` without its bookkeeping."""
+    return {k: v for k, v in merged.items() if not k.startswith("_")}
+
+
+def _keep_session(scratch: Path, jsons: Sequence[Path], merged: dict[str, Any]) -> None:
+    """The passes' session JSONs as one (``scratch / "ab.json"``, what --session-json keeps and
+    --rejudge reads), where any was written."""
+    runs = []
+    for path in jsons:
+        try:
+            runs.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    if runs:
+        (scratch / "ab.json").write_text(json.dumps(merge_session_jsons(runs, merged.get("confirming") or {})))
+
+
+def merge_session_jsons(runs: Sequence[dict[str, Any]], confirming: dict[str, int]) -> dict[str, Any]:
+    """The passes' pytest-benchmark JSONs as one session's: the first pass's run with each entry's
+    per-pair lists (the head's invocation medians, machines, CPUs and walls; the base's in
+    ``extra_info["ab_base"]``, with both sides' rounds) extended pass by pass, entries first seen in
+    a later pass added, and each entry's confirming pairs (``confirming``) as that session's."""
+    merged = json.loads(json.dumps(runs[0]))
+    by_name = {b["fullname"]: b for b in merged.get("benchmarks") or []}
+    for run in runs[1:]:
+        for bench in run.get("benchmarks") or []:
+            into = by_name.get(bench["fullname"])
+            if into is None:
+                into = by_name[bench["fullname"]] = json.loads(json.dumps(bench))
+                merged.setdefault("benchmarks", []).append(into)
+                continue
+            extra, more = into.setdefault("extra_info", {}), bench.get("extra_info") or {}
+            _extend(extra, more, HEAD_PER_PAIR)
+            _extend(extra.setdefault(AB_BASE_KEY, {}), more.get(AB_BASE_KEY) or {}, BASE_PER_PAIR)
+    for bench in merged.get("benchmarks") or []:
+        ab = (bench.get("extra_info") or {}).get(AB_BASE_KEY)
+        if isinstance(ab, dict):
+            ab["confirmation_pairs"] = confirming.get(bench["fullname"], 0)
+    return merged
+
+
+def _extend(into: dict[str, Any], more: dict[str, Any], keys: Sequence[str]) -> None:
+    for key in keys:
+        if isinstance(into.get(key), list) and isinstance(more.get(key), list):
+            into[key] = into[key] + more[key]
+        elif key in into or key in more:  # one pass kept it, another did not: no list that matches the pairs
+            into.pop(key, None)

@@ -1,0 +1,233 @@
+"""numabench ab's pairs in passes (numabench.results.ab_passes): pass p is a session of its own
+that times pair p of every worker run; further and confirming pairs are passes over only the
+worker runs that need them (--numa-ab-runs-of), numbered on (--numa-ab-pair). With a fake
+session (what each pass was asked and what it measured), the merge of the passes (pairs, CPUs,
+the kept session JSON that --rejudge reads), a stop between passes, and the session options end
+to end on the CPU."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from numabench.errors import UsageError
+from numabench.gate.rule import SAME, SLOWER
+from numabench.results.ab import StoppedWithMeasurements, run_ab
+from numabench.results.ab_formats import from_json, render_text, to_json
+from numabench.results.ab_passes import invoke_in_passes, merge_session, empty_measured, merge_session_jsons
+from numabench.results.ab_rejudge import rejudge
+from numabench.results.ab_session import session_measured
+from test_ab import repo  # noqa: F401  (the scratch repository fixture)
+from test_ab_sides import ROOT, SESSION
+
+A, A2, B = "x.py::t[a]", "x.py::t[a2]", "x.py::t[b]"
+RUN_OF = {A: "R1", A2: "R1", B: "R2"}  # entry -> its worker run (a run feeds all its entries)
+
+
+class FakeSessions:
+    """Each pass's session: what it was asked (pair number, the entries listed), and what it
+    measured: every listed entry's worker run (all of them where none is listed), one pair, the
+    head ``ratio(name, pair)`` times the base, written as the session's JSON too."""
+
+    def __init__(self, ratio, stop_in_pass: int | None = None) -> None:
+        self.ratio = ratio
+        self.asked: list[tuple[int, list[str] | None]] = []
+        self.stop_in_pass = stop_in_pass
+
+    def __call__(self, base, head, pytest_args, pairs, json_path: Path) -> dict:
+        assert pairs == 1  # one pair of each worker run per pass
+        pair = int(next(a for a in pytest_args if a.startswith("--numa-ab-pair=")).split("=")[1])
+        listing = next((a.split("=", 1)[1] for a in pytest_args if a.startswith("--numa-ab-runs-of=")), None)
+        listed = Path(listing).read_text().split() if listing else None
+        self.asked.append((pair, listed))
+        runs = {RUN_OF[n] for n in listed} if listed else set(RUN_OF.values())
+        names = [n for n, r in RUN_OF.items() if r in runs]
+        run = {"benchmarks": [{
+            "fullname": n, "stats": {"median": 1e-3 * self.ratio(n, pair)},
+            "extra_info": {"invocation_medians_s": [1e-3 * self.ratio(n, pair)], "invocation_cpus": [[pair]],
+                           "ab_base": {"invocation_medians_s": [1e-3], "invocation_cpus": [[pair]],
+                                       "confirmation_pairs": 0}}} for n in names]}
+        json_path.write_text(json.dumps(run))
+        measured = session_measured(json_path, 1)
+        if self.stop_in_pass == len(self.asked):
+            raise StoppedWithMeasurements(KeyboardInterrupt(), measured)
+        return measured
+
+
+def noisy(changed: dict[str, float] | None = None, spread: dict[str, float] | None = None):
+    """Ratios near 1 (alternating +-0.2%, or +-``spread``), ``changed`` entries that many times more."""
+    def ratio(name: str, pair: int) -> float:
+        wobble = (spread or {}).get(name, 0.002)
+        return (changed or {}).get(name, 1.0) * math.exp(wobble if pair % 2 else -wobble)
+    return ratio
+
+
+def test_pass_p_times_pair_p_of_every_worker_run(tmp_path):
+    fake = FakeSessions(noisy())
+    measured = invoke_in_passes(fake, None, None, ["benchmarks"], 3, tmp_path, confirm_pairs=3)
+    assert fake.asked == [(0, None), (1, None), (2, None)]  # nothing changed: no confirming pass
+    assert [sorted(m) for m in measured["base"]] == [sorted([A, A2, B])] * 3
+    assert measured["confirming"] == {} and measured["cpus"][A] == {"base": [[0], [1], [2]], "head": [[0], [1], [2]]}
+    kept = json.loads((tmp_path / "ab.json").read_text())
+    assert [len(b["extra_info"]["invocation_medians_s"]) for b in kept["benchmarks"]] == [3, 3, 3]
+    assert all(b["extra_info"]["ab_base"]["invocation_cpus"] == [[0], [1], [2]] for b in kept["benchmarks"])
+
+
+def test_confirming_passes_time_the_changed_entries_worker_runs_only(tmp_path, repo):  # noqa: F811
+    fake = FakeSessions(noisy(changed={A: 1.3}))
+    kept = tmp_path / "session.json"
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", invoke_both=fake,
+                 confirm_pairs=3, passes=True, session_json=kept)
+    # pairs 3-5: a's worker run only, which a2 shares (its entries are timed together)
+    assert fake.asked == [(0, None), (1, None), (2, None), (3, [A]), (4, [A]), (5, [A])]
+    rows = {r.fullname: r for r in res.rows}
+    assert (rows[A].verdict, len(rows[A].base_s), rows[A].confirmation_pairs) == (SLOWER, 6, 3)
+    assert (rows[A2].verdict, len(rows[A2].base_s), rows[A2].confirmation_pairs) == (SAME, 6, 3)
+    assert (rows[B].verdict, len(rows[B].base_s), rows[B].confirmation_pairs) == (SAME, 3, 0)
+    assert rows[A].base_cpus == [[p] for p in range(6)] and rows[B].base_cpus == [[0], [1], [2]]
+    text = render_text(res)
+    assert "pair p of every worker run in a session of its own (pass p)" in text
+    assert "confirming pairs of fresh workers from fresh servers (passes of their own)" in text
+    assert from_json(json.loads(json.dumps(to_json(res)))).passes
+    again = rejudge(json.loads(kept.read_text()), str(kept))  # the passes kept as one session
+    assert {r.fullname: (r.verdict, len(r.base_s), r.confirmation_pairs) for r in again.rows} == {
+        A: (SLOWER, 6, 3), A2: (SAME, 6, 3), B: (SAME, 3, 0)}
+
+
+def test_further_passes_time_only_the_worker_runs_too_spread(tmp_path):
+    """b's pairs differ by +-5%: Stein's first stage asks for more pairs of its worker run alone,
+    numbered on from the first passes; a's are within 0.2% and take none."""
+    fake = FakeSessions(noisy(spread={B: 0.05}))
+    measured = invoke_in_passes(fake, None, None, ["benchmarks"], 3, tmp_path, max_pairs=6, target_pct=3.0)
+    assert fake.asked == [(0, None), (1, None), (2, None), (3, [B]), (4, [B]), (5, [B])]
+    assert [sum(n in m for m in measured["base"]) for n in (A, A2, B)] == [3, 3, 6]
+
+
+def test_a_stop_keeps_every_finished_pass_and_the_stopped_ones_runs(tmp_path, repo):  # noqa: F811
+    fake = FakeSessions(noisy(), stop_in_pass=3)
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=4, cwd=repo, build_side=lambda s: "", invoke_both=fake,
+                 confirm_pairs=0, passes=True)
+    assert [p for p, _ in fake.asked] == [0, 1, 2]
+    assert res.stopped_by is not None and res.exit_code == 128 + res.stopped_by
+    assert all(len(r.base_s) == 3 for r in res.rows)  # judged on the 3 pairs there are
+
+
+def test_an_entry_without_cpus_in_one_pass_has_none():
+    merged = empty_measured()
+    for cpus in ({A: {"base": [[0]], "head": [[0]]}, B: {"base": [[0]], "head": [[0]]}},
+                 {A: {"base": [[1]], "head": [[1]]}}):
+        merge_session(merged, {"base": [{A: 1.0, B: 1.0}], "head": [{A: 1.0, B: 1.0}], "cpus": cpus})
+    assert merged["cpus"] == {A: {"base": [[0], [1]], "head": [[0], [1]]}}  # B's could not match its pairs
+
+
+def test_the_kept_session_extends_each_entrys_per_pair_lists():
+    def run(names: list[str], median: float) -> dict:
+        return {"benchmarks": [{"fullname": n, "extra_info": {
+            "invocation_medians_s": [median], "invocation_cpus": [[0]],
+            "ab_base": {"invocation_medians_s": [1.0], "invocation_rounds_s": [[1.0, 1.0]],
+                        "head_invocation_rounds_s": [[median, median]], "rewarmed_pairs": [True]}}} for n in names]}
+
+    merged = merge_session_jsons([run([A], 2.0), run([A, B], 3.0)], {A: 1})
+    a, b = merged["benchmarks"]
+    assert a["extra_info"]["invocation_medians_s"] == [2.0, 3.0] and a["extra_info"]["invocation_cpus"] == [[0], [0]]
+    assert a["extra_info"]["ab_base"]["head_invocation_rounds_s"] == [[2.0, 2.0], [3.0, 3.0]]
+    assert a["extra_info"]["ab_base"]["rewarmed_pairs"] == [True, True]
+    assert [x["extra_info"]["ab_base"]["confirmation_pairs"] for x in (a, b)] == [1, 0]
+    assert b["extra_info"]["invocation_medians_s"] == [3.0]  # first seen in the second pass
+
+
+def test_run_ab_refuses_passes_where_there_is_no_session_per_pair(repo):  # noqa: F811
+    for kwargs in ({"interleave": "invocations"}, {"head_axis": "place=master:bind:0"}):
+        with pytest.raises(UsageError, match="--passes runs the rounds mode's session once per pair"):
+            run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", passes=True,
+                   **kwargs)
+    for taken in ("--numa-ab-pair=2", "--numa-ab-runs-of=x.txt"):
+        with pytest.raises(UsageError, match="numabench ab sets it"):
+            run_ab("HEAD~1", "HEAD", ["benchmarks", taken], pairs=3, cwd=repo, build_side=lambda s: "")
+
+
+@pytest.mark.parametrize("args, expected", [
+    ([], True), (["--no-passes"], False), (["--passes"], True),
+    (["--interleave", "invocations"], False), (["--head-axis", "place=master:bind:0"], False),
+], ids=["default", "no-passes", "passes", "invocations", "head-axis"])
+def test_numabench_ab_takes_its_pairs_in_passes_by_default_in_rounds_mode(args, expected):
+    from numabench.cli import build_parser, passes
+    assert passes(build_parser().parse_args(["ab", "HEAD", *args])) is expected
+
+
+def test_numabench_ab_refuses_passes_with_whole_invocations():
+    from numabench.cli import build_parser, passes
+    with pytest.raises(UsageError, match="--passes runs the rounds mode's session once per pair"):
+        passes(build_parser().parse_args(["ab", "HEAD", "--passes", "--interleave", "invocations"]))
+
+
+TWO_FAMILIES = [*SESSION[:3], "benchmarks/test_touch.py", "benchmarks/test_host_membw.py", *SESSION[4:]]
+
+
+def test_runs_of_keeps_every_entry_of_the_listed_entries_worker_runs(tmp_path):
+    """host_membw's three kernels are one worker run: listing its copy entry keeps all three;
+    touch's run is deselected."""
+    listing = tmp_path / "runs-of.txt"
+    listing.write_text("benchmarks/test_host_membw.py::test_host_membw[time-np1-1M-default-fp32-copy]\n")
+    proc = subprocess.run([*TWO_FAMILIES, f"--numa-ab-base={ROOT}", f"--numa-ab-runs-of={listing}",
+                           "--collect-only"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ids = sorted(ln for ln in proc.stdout.splitlines() if "::" in ln)
+    assert ids == [f"benchmarks/test_host_membw.py::test_host_membw[time-np1-1M-default-fp32-{k}]"
+                   for k in ("adam_pattern", "copy", "triad")], proc.stdout
+    assert "1 deselected" in proc.stdout, proc.stdout  # touch's one entry
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--numa-ab-pair=1"], "--numa-ab-pair needs --numa-ab-base=CHECKOUT"),
+    (["--numa-ab-runs-of=x.txt"], "--numa-ab-runs-of needs --numa-ab-base=CHECKOUT"),
+    ([f"--numa-ab-base={ROOT}", "--numa-ab-pair=-1"], "--numa-ab-pair -1: allowed a whole number >= 0"),
+    ([f"--numa-ab-base={ROOT}", "--numa-ab-runs-of=/nonexistent/list"], "--numa-ab-runs-of /nonexistent/list: "),
+], ids=["pair-without-base", "runs-of-without-base", "negative-pair", "missing-list"])
+def test_bad_pass_options_are_usage_errors(args, message):
+    proc = subprocess.run([*SESSION, *args, "--collect-only"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4 and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_pass_s_pair_number_picks_the_pair_s_cpus(tmp_path):
+    """--numa-ab-pair=1 with --numa-ab-same-cpus: the session's one pair runs on pair 1's CPU, as
+    the second pair of a session of two would."""
+    from numabench.cases import Case
+    from numabench.families import family
+    from numabench.families.base import ab_pair_cpus
+    from numabench.machine.topology import discover
+    from numabench.numa.policy import parse_policies
+
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([*SESSION, "--numa-repeats=1", f"--numa-ab-base={ROOT}", "--numa-ab-same-cpus",
+                           "--numa-ab-pair=1", f"--benchmark-json={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (entry,) = json.loads(out.read_text())["benchmarks"]
+    topo = discover("/")
+    ranks = family("touch").ranks(Case("touch", 1, 1 << 20, parse_policies("default")[0], "fp32"), topo)
+    want = [[ab_pair_cpus(ranks, topo, sorted(os.sched_getaffinity(0)), 1, 1)[0].cpus[0]]]
+    assert entry["extra_info"]["invocation_cpus"] == entry["extra_info"]["ab_base"]["invocation_cpus"] == want
+
+
+def test_a_head_older_than_passes_is_told_to_run_without_them(tmp_path):
+    """A head checkout whose pytest knows the A/B session but not --numa-ab-pair: the session runs
+    in the head's checkout, so numabench ab says what to run instead."""
+    from numabench.results.ab import Side, invoke_interleaved
+
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "conftest.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    for name in ('--numa-repeats', '--numa-ab-base'):\n"
+        "        parser.addoption(name)\n"
+        "    for name in ('--numa-ab-base-env', '--numa-ab-head-env'):\n"
+        "        parser.addoption(name, action='append', default=[])\n")
+    side = Side("old", None, head, {})
+    with pytest.raises(UsageError, match=r"the head \(old\) predates --numa-ab-pair, which numabench ab runs its "
+                                         r"session with: allowed --no-passes for it"):
+        invoke_interleaved(side, side, ["--numa-ab-pair=0"], 1, tmp_path / "ab.json")
