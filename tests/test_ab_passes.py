@@ -231,3 +231,23 @@ def test_a_head_older_than_passes_is_told_to_run_without_them(tmp_path):
     with pytest.raises(UsageError, match=r"the head \(old\) predates --numa-ab-pair, which numabench ab runs its "
                                          r"session with: allowed --no-passes for it"):
         invoke_interleaved(side, side, ["--numa-ab-pair=0"], 1, tmp_path / "ab.json")
+
+
+def test_a_stop_between_passes_keeps_the_finished_ones(tmp_path):
+    """A stop that reaches numabench ab outside a session (as a pass ends, before the next one
+    starts) still judges the passes that finished; a stop before any finished is raised as it is."""
+    class StopBefore(FakeSessions):
+        def __call__(self, base, head, pytest_args, pairs, json_path):
+            if len(self.asked) == self.stop_in_pass - 1:
+                self.asked.append((-1, None))
+                raise KeyboardInterrupt()
+            return super().__call__(base, head, pytest_args, pairs, json_path)
+
+    with pytest.raises(StoppedWithMeasurements) as stopped:
+        invoke_in_passes(StopBefore(noisy(), stop_in_pass=3), None, None, ["benchmarks"], 4, tmp_path)
+    assert [sorted(m) for m in stopped.value.measured["base"]] == [sorted([A, A2, B])] * 2
+    assert len(json.loads((tmp_path / "ab.json").read_text())["benchmarks"][0]["extra_info"]
+               ["invocation_medians_s"]) == 2
+    with pytest.raises(KeyboardInterrupt) as first:
+        invoke_in_passes(StopBefore(noisy(), stop_in_pass=1), None, None, ["benchmarks"], 4, tmp_path / "x")
+    assert not isinstance(first.value, StoppedWithMeasurements)

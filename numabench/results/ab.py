@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import psutil
 
 from numabench.errors import UsageError
-from numabench.interrupts import Stopped, stops_held
+from numabench.interrupts import stops_held
 from numabench.kernels.builder_tree import live_descendants
 from numabench.results import storage
 from numabench.gate.rule import SLOWER
@@ -60,7 +60,7 @@ from numabench.gate.band import DEFAULT_COARSEST_PCT
 from numabench.gate.invocations import invocation_medians
 from numabench.results import ab_verdict
 from numabench.results.ab_passes import invoke_in_passes
-from numabench.results.ab_session import session_measured
+from numabench.results.ab_session import StoppedWithMeasurements, session_measured
 
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
 # where an A/B run's time went, in seconds: each side's build, the measuring, all of it
@@ -156,15 +156,6 @@ class ABResult:
         if self.stopped_by:
             return 128 + self.stopped_by
         return 1 if self.regressions else 0
-
-
-class StoppedWithMeasurements(Stopped):
-    """A rounds-mode session stopped (Ctrl-C, SIGTERM, SIGHUP) after some of its worker runs had
-    finished: ``measured`` is what they measured, as invoke_interleaved returns it."""
-
-    def __init__(self, stop: KeyboardInterrupt, measured: dict[str, Any]) -> None:
-        super().__init__(stop.signum if isinstance(stop, Stopped) else signal.SIGINT, str(stop) or None)
-        self.measured = measured
 
 
 def geometric_mean(values: Sequence[float]) -> float:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from numabench.gate.rule import FASTER, SLOWER
-from numabench.results.ab_session import AB_BASE_KEY
+from numabench.results.ab_session import AB_BASE_KEY, StoppedWithMeasurements
 from numabench.results.ab_verdict import MIN_PAIRS, judge_ratios, pairs_for_target
 
 # invoke_interleaved's shape: (base, head, pytest args, pairs, JSON path) -> what one session measured
@@ -107,9 +107,30 @@ def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest
     ``max_pairs`` pairs an entry) and ``confirm_pairs`` confirming passes over the worker runs that
     need them: what they measured merged as one session's (invoke_interleaved's shape, "confirming":
     each entry's confirming pairs), and the kept session (``scratch / "ab.json"``) merged likewise.
-    A stop (KeyboardInterrupt carrying ``measured``) is re-raised carrying every pass's."""
+    Stopped (Ctrl-C, SIGTERM, SIGHUP) during a pass or between two: StoppedWithMeasurements with
+    every finished pass's measurements and the stopped pass's finished worker runs."""
     merged = empty_measured()
     jsons: list[Path] = []
+    try:
+        _passes(invoke_session, base, head, pytest_args, pairs, scratch, merged, jsons, max_pairs=max_pairs,
+                target_pct=target_pct, confirm_pairs=confirm_pairs, threshold_pct=threshold_pct,
+                confidence=confidence, progress=progress)
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, StoppedWithMeasurements):  # the stopped pass's finished worker runs
+            merge_session(merged, stop.measured)
+        _keep_session(scratch, jsons, merged)
+        if not any(merged["base"]):
+            raise
+        raise StoppedWithMeasurements(stop, finished(merged)) from None
+    _keep_session(scratch, jsons, merged)
+    return finished(merged)
+
+
+def _passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Sequence[str], pairs: int,
+            scratch: Path, merged: dict[str, Any], jsons: list[Path], *, max_pairs: int, target_pct: float,
+            confirm_pairs: int, threshold_pct: float, confidence: float, progress: Callable[[str], None]) -> None:
+    """invoke_in_passes' passes, each one's measurements merged and its JSON listed as it ends
+    (a stopped one's JSON listed before it runs: what its finished worker runs wrote)."""
     listing = scratch / "runs-of.txt"
 
     def one_pass(number: int, total: int | None, only: Sequence[str] | None, why: str) -> dict[str, Any]:
@@ -119,15 +140,8 @@ def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest
             args.append(f"--numa-ab-runs-of={listing}")
         progress(f"pass {number + 1}{f'/{total}' if total else ''}: {why}")
         path = scratch / f"pass-{number + 1}.json"
-        try:
-            session = invoke_session(base, head, args, 1, path)
-        except KeyboardInterrupt as stop:
-            if getattr(stop, "measured", None) is not None:
-                merge_session(merged, stop.measured)
-                stop.measured = finished(merged)  # type: ignore[attr-defined]
-                _keep_session(scratch, [*jsons, path] if path.is_file() else jsons, merged)
-            raise
         jsons.append(path)
+        session = invoke_session(base, head, args, 1, path)
         merge_session(merged, session)
         return session
 
@@ -147,8 +161,6 @@ def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest
                                                  "judged changed")
             for name in set().union(*session.get("base") or []):
                 merged["confirming"][name] = merged["confirming"].get(name, 0) + 1
-    _keep_session(scratch, jsons, merged)
-    return finished(merged)
 
 
 def finished(merged: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +172,7 @@ def _keep_session(scratch: Path, jsons: Sequence[Path], merged: dict[str, Any]) 
     """The passes' session JSONs as one (``scratch / "ab.json"``, what --session-json keeps and
     --rejudge reads), where any was written."""
     runs = []
-    for path in jsons:
+    for path in jsons:  # a pass stopped before it wrote any is not there
         try:
             runs.append(json.loads(path.read_text()))
         except (OSError, ValueError):

@@ -6,14 +6,26 @@ return (numabench.results.ab.judge_measured), and so does ``--rejudge`` for a ke
 """
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
 from numabench.errors import UsageError
+from numabench.interrupts import Stopped
 from numabench.gate.invocations import invocation_medians
 from numabench.results import ab_verdict, storage
 
 AB_BASE_KEY = "ab_base"  # extra_info of an entry of a rounds-interleaved session (fixtures.ab_sides)
+
+
+class StoppedWithMeasurements(Stopped):
+    """A rounds-mode session (or a pass of them) stopped (Ctrl-C, SIGTERM, SIGHUP) after some of
+    its worker runs had finished: ``measured`` is what they measured, as invoke_interleaved
+    returns it."""
+
+    def __init__(self, stop: KeyboardInterrupt, measured: dict[str, Any]) -> None:
+        super().__init__(stop.signum if isinstance(stop, Stopped) else signal.SIGINT, str(stop) or None)
+        self.measured = measured
 
 
 def session_measured(json_path: Path, pairs: int, selection: str = "",
