@@ -329,7 +329,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"{option} {path}: {path.parent} is not a folder: allowed a file in an existing folder")
     if session_path is not None and (ns.interleave != "rounds" or ns.head_axis):
-        raise UsageError("--session-json keeps the rounds mode's one session: allowed with --interleave=rounds "
+        raise UsageError("--session-json keeps the rounds mode's session JSON: allowed with --interleave=rounds "
                          "and without --head-axis")
     res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
                  threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence, coarsest_pct=coarsest,
@@ -765,8 +765,8 @@ def build_parser() -> OneLineParser:
                         "--head-axis); --no-passes: all pairs of a worker run back to back in one session "
                         "(one session's start instead of one per pass)")
     p.add_argument("--interleave", choices=("rounds", "invocations"), default="rounds",
-                   help="rounds (default): one session of the head, every case timed by both sides' workers, "
-                        "rounds alternating; invocations: whole pytest invocations of each side in ABBA order "
+                   help="rounds (default): sessions of the head (one a pass, --passes), every case timed by both "
+                        "sides' workers, rounds alternating; invocations: whole pytest invocations of each side in ABBA order "
                         "(each side's own harness too: for changes to the worker contract)")
     p.add_argument("--threshold", default="1%", help="smallest ratio that counts (default 1%%)")
     p.add_argument("--confidence", type=float, default=0.95, help="of the t-interval on log ratios (default 0.95)")
@@ -790,7 +790,8 @@ def build_parser() -> OneLineParser:
                    help="with --rejudge: each pair's ratio the median of its round-by-round ratios (default, as a "
                         "measured run judges) or the ratio of its medians")
     p.add_argument("--session-json", default=None, metavar="PATH",
-                   help="also keep the session's pytest-benchmark JSON here (rounds mode): each entry's base "
+                   help="also keep the session's pytest-benchmark JSON here (rounds mode; in passes, theirs merged): "
+                        "each entry's base "
                         "medians and both sides' rounds per pair in extra_info.ab_base, each run's costs "
                         "(run_fixed_s, run_step_wall_s)")
     p.add_argument("--show", default=None, metavar="FILE",

@@ -218,8 +218,8 @@ def test_ab_show_renders_a_saved_run_with_its_exit_code(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--interleave=invocations"], "--session-json keeps the rounds mode's one session"),
-    (["--head-axis", "place=master:bind:0"], "--session-json keeps the rounds mode's one session"),
+    (["--interleave=invocations"], "--session-json keeps the rounds mode's session JSON"),
+    (["--head-axis", "place=master:bind:0"], "--session-json keeps the rounds mode's session JSON"),
 ], ids=["invocations", "head-axis"])
 def test_session_json_is_the_rounds_modes_only(tmp_path, args, message):
     out = _cli("ab", "HEAD", "--session-json", str(tmp_path / "s.json"), *args)
