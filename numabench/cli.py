@@ -337,7 +337,8 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave,
                  head_axis=ns.head_axis, session_json=session_path, max_pairs=ns.max_pairs,
                  target_pct=parse_positive_pct(ns.target_resolution, "--target-resolution"),
-                 confirm_pairs=confirm_pairs(ns), workers=ns.workers, same_cpus=same_cpus(ns), passes=passes(ns))
+                 confirm_pairs=confirm_pairs(ns), workers=ns.workers, same_cpus=same_cpus(ns), passes=passes(ns),
+                 time_budget_s=None if ns.time_budget is None else parse_duration_s(ns.time_budget, "--time-budget"))
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -361,7 +362,7 @@ def rejudge_session(ns: argparse.Namespace, coarsest: float) -> int:
                                     ("--session-json", ns.session_json), ("--base-env", ns.base_env),
                                     ("--head-env", ns.head_env), ("--head-axis", ns.head_axis),
                                     ("--max-pairs", ns.max_pairs), ("--confirm-pairs", ns.confirm_pairs is not None),
-                                    ("--passes", ns.passes is not None))
+                                    ("--passes", ns.passes is not None), ("--time-budget", ns.time_budget))
                  if given]
     if measuring:
         raise UsageError(f"--rejudge {ns.rejudge}: judges a kept session again, measuring nothing: allowed without "
@@ -402,6 +403,19 @@ def same_cpus(ns: argparse.Namespace) -> bool:
     if ns.same_cpus is not None:
         return ns.same_cpus
     return ns.interleave == "rounds" and not ns.head_axis
+
+
+def parse_duration_s(text: str, option: str) -> float:
+    """'900', '900s', '15m' or '1h' -> seconds; UsageError naming ``option`` otherwise."""
+    raw = text.strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600}.get(raw[-1:], None)
+    try:
+        value = float(raw[:-1] if scale else raw) * (scale or 1)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value < float("inf")):
+        raise UsageError(f"{option} {text}: allowed a time > 0 in seconds or with a unit: 900, 900s, 15m, 1h")
+    return value
 
 
 def passes(ns: argparse.Namespace) -> bool:
@@ -745,7 +759,13 @@ def build_parser() -> OneLineParser:
                         "--target-resolution runs as many further pairs as that needs, up to M in all (Stein's "
                         "two-stage rule; default 0: none)")
     p.add_argument("--target-resolution", default="3%", metavar="PCT",
-                   help="with --max-pairs: the resolution a worker run's entries are to reach (default 3%%)")
+                   help="with --max-pairs or --time-budget: the resolution a worker run's entries are to reach "
+                        "(default 3%%)")
+    p.add_argument("--time-budget", default=None, metavar="DURATION",
+                   help="in passes: after the first --pairs passes, further pairs (Stein's rule, up to --max-pairs "
+                        "where given) for the worker runs where they bring the most entries to --target-resolution "
+                        "per second, as long as the measuring fits DURATION (900, 900s, 15m, 1h); confirming pairs "
+                        "come after it")
     p.add_argument("--confirm-pairs", type=int, default=None, metavar="N",
                    help="rounds mode: a worker run whose pairs judge an entry slower or faster runs N further pairs "
                         "of fresh workers, and its entries are judged on all of them (default: as many as --pairs; "

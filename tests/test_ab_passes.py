@@ -19,6 +19,7 @@ from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.results.ab import StoppedWithMeasurements, run_ab
 from numabench.results.ab_formats import from_json, render_text, to_json
+from numabench.results.ab_budget import RunNeeds, allocate, run_needs
 from numabench.results.ab_passes import invoke_in_passes, merge_session, empty_measured, merge_session_jsons
 from numabench.results.ab_rejudge import rejudge
 from numabench.results.ab_session import session_measured
@@ -35,10 +36,16 @@ class FakeSessions:
     measured: every listed entry's worker run (all of them where none is listed), one pair, the
     head ``ratio(name, pair)`` times the base, written as the session's JSON too."""
 
-    def __init__(self, ratio, stop_in_pass: int | None = None) -> None:
+    def __init__(self, ratio, stop_in_pass: int | None = None, walls: dict[str, float] | None = None,
+                 slower_from_pass: int | None = None) -> None:
         self.ratio = ratio
         self.asked: list[tuple[int, list[str] | None]] = []
         self.stop_in_pass = stop_in_pass
+        # each worker run's wall a pair, as the session records it; the clock (``now``) advances by
+        # the walls of the runs a pass times, twice that from pass ``slower_from_pass`` (1-based) on
+        self.walls = walls or {"R1": 10.0, "R2": 2.0}
+        self.slower_from_pass = slower_from_pass
+        self.now = 0.0
 
     def __call__(self, base, head, pytest_args, pairs, json_path: Path) -> dict:
         assert pairs == 1  # one pair of each worker run per pass
@@ -52,8 +59,11 @@ class FakeSessions:
             "fullname": n, "stats": {"median": 1e-3 * self.ratio(n, pair)},
             "extra_info": {"invocation_medians_s": [1e-3 * self.ratio(n, pair)], "invocation_cpus": [[pair]],
                            "ab_base": {"invocation_medians_s": [1e-3], "invocation_cpus": [[pair]],
-                                       "confirmation_pairs": 0}}} for n in names]}
+                                       "confirmation_pairs": 0, "run": RUN_OF[n],
+                                       "pair_walls_s": [self.walls[RUN_OF[n]]]}}} for n in names]}
         json_path.write_text(json.dumps(run))
+        slow = 2.0 if self.slower_from_pass and len(self.asked) >= self.slower_from_pass else 1.0
+        self.now += slow * sum(self.walls[r] for r in runs)
         measured = session_measured(json_path, 1)
         if self.stop_in_pass == len(self.asked):
             raise StoppedWithMeasurements(KeyboardInterrupt(), measured)
@@ -107,6 +117,86 @@ def test_further_passes_time_only_the_worker_runs_too_spread(tmp_path):
     measured = invoke_in_passes(fake, None, None, ["benchmarks"], 3, tmp_path, max_pairs=6, target_pct=3.0)
     assert fake.asked == [(0, None), (1, None), (2, None), (3, [B]), (4, [B]), (5, [B])]
     assert [sum(n in m for m in measured["base"]) for n in (A, A2, B)] == [3, 3, 6]
+
+
+def test_the_budget_buys_the_needs_that_bring_most_entries_per_second():
+    """R1 (10 s a pair) has two entries that need 5 pairs and one that needs 20; R2 (2 s) one that
+    needs 9. Per second, R1 to 5 (2 entries for 20 s) beats R2 to 9 (1 for 12 s); 20 pairs of R1
+    never fit. A pass's own start counts once per further pass."""
+    runs = {"R1": RunNeeds(10.0, (5, 5, 20)), "R2": RunNeeds(2.0, (9,))}
+    assert allocate(runs, 3, 30.0) == {"R1": 5, "R2": 3}  # R2's 12 s more would make 32 s
+    assert allocate(runs, 3, 40.0) == {"R1": 5, "R2": 9}
+    assert allocate(runs, 3, 37.0, pass_overhead_s=1.0) == {"R1": 5, "R2": 3}  # 32 s + 6 passes' starts
+    assert allocate(runs, 3, 38.0, pass_overhead_s=1.0) == {"R1": 5, "R2": 9}
+    assert allocate(runs, 3, 0.0) == {"R1": 3, "R2": 3}
+    assert allocate({"R1": RunNeeds(10.0, ())}, 3, 1e6) == {"R1": 3}  # nothing to reach: no pairs bought
+
+
+def test_a_need_beyond_max_pairs_or_without_walls_buys_nothing():
+    measured = {"runs": {A: "R1", B: "R2"}, "walls": {A: [10.0, 12.0], B: [2.0]}}
+    ratios = {A: [0.95, 1.05, 0.95], B: [0.98, 1.02, 0.98], A2: [0.9, 1.1, 0.9]}  # A2: no run recorded
+    runs = run_needs(measured, [A, A2, B], [3.0, 10.0], 0.95, None, ratios.get)
+    assert set(runs) == {"R1", "R2"} and runs["R1"].cost_s == 11.0
+    assert len(runs["R1"].entry_pairs) == 2 and min(runs["R1"].entry_pairs) > 3  # A: both resolutions
+    assert len(runs["R2"].entry_pairs) == 1  # B: within 10% already, not within 3%
+    capped = run_needs(measured, [A, A2, B], [3.0, 10.0], 0.95, 8, ratios.get)
+    assert capped["R1"].entry_pairs == tuple(n for n in runs["R1"].entry_pairs if n <= 8)
+
+
+def test_further_passes_within_the_time_budget(tmp_path):
+    """b's pairs differ by +-5%: 7 pairs bring it within the coarsest 10%, 71 within 3%. The first
+    3 passes take 36 s of a 60 s budget; 4 further passes of b's run (2 s each) fit, 68 do not."""
+    fake = FakeSessions(noisy(spread={B: 0.05}))
+    lines: list[str] = []
+    measured = invoke_in_passes(fake, None, None, ["benchmarks"], 3, tmp_path, target_pct=3.0, coarsest_pct=10.0,
+                                time_budget_s=60.0, clock=lambda: fake.now, progress=lines.append)
+    assert fake.asked == [(0, None), (1, None), (2, None), (3, [B]), (4, [B]), (5, [B]), (6, [B])]
+    assert [sum(n in m for m in measured["base"]) for n in (A, A2, B)] == [3, 3, 7]
+    assert any(ln.startswith("time budget 60 s, 36 s taken: further pairs for 1 of 2 worker runs (up to 7 pairs)")
+               for ln in lines), lines
+    assert fake.now <= 60.0
+
+
+def test_a_further_pass_that_would_end_after_the_budget_is_not_started(tmp_path):
+    """From the 5th pass on every pass takes twice its recorded time: the 7th would end after the
+    budget, and is not started; the budget stops only further pairs, never the first ones."""
+    fake = FakeSessions(noisy(spread={B: 0.05}), slower_from_pass=5)
+    lines: list[str] = []
+    invoke_in_passes(fake, None, None, ["benchmarks"], 3, tmp_path, target_pct=3.0, coarsest_pct=10.0,
+                     time_budget_s=45.0, clock=lambda: fake.now, progress=lines.append)
+    # 36 s, then b's run: 2 s (38), 4 s (42), 4 s (46 > 45 - 2: the next is not started)
+    assert fake.asked == [(0, None), (1, None), (2, None), (3, [B]), (4, [B]), (5, [B])]
+    assert "time budget 45 s: the next further pass would end after it; none more" in lines
+    fake = FakeSessions(noisy(spread={B: 0.05}))
+    invoke_in_passes(fake, None, None, ["benchmarks"], 3, tmp_path, time_budget_s=1.0, clock=lambda: fake.now)
+    assert fake.asked == [(0, None), (1, None), (2, None)]
+
+
+def test_run_ab_takes_a_time_budget_in_passes_only(tmp_path, repo):  # noqa: F811
+    fake = FakeSessions(noisy(spread={B: 0.05}))
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", invoke_both=fake,
+                 passes=True, time_budget_s=600.0, target_pct=3.0)
+    assert res.time_budget_s == 600.0 and res.target_pct == 3.0
+    assert {r.fullname: len(r.base_s) for r in res.rows}[B] > 3
+    assert "within a time budget of 600 s" in render_text(res)
+    assert from_json(json.loads(json.dumps(to_json(res)))).time_budget_s == 600.0
+    for bad in ({"passes": False, "time_budget_s": 600.0}, {"passes": True, "time_budget_s": 0.0}):
+        with pytest.raises(UsageError, match="--time-budget"):
+            run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", invoke_both=fake,
+                   **bad)
+
+
+@pytest.mark.parametrize("text, seconds", [("900", 900.0), ("900s", 900.0), ("15m", 900.0), ("1h", 3600.0)])
+def test_time_budget_durations(text, seconds):
+    from numabench.cli import parse_duration_s
+    assert parse_duration_s(text, "--time-budget") == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "-5m", "15min", "m", "inf"])
+def test_bad_time_budgets_are_usage_errors(text):
+    from numabench.cli import parse_duration_s
+    with pytest.raises(UsageError, match=f"--time-budget {text}: allowed a time > 0"):
+        parse_duration_s(text, "--time-budget")
 
 
 def test_a_stop_keeps_every_finished_pass_and_the_stopped_ones_runs(tmp_path, repo):  # noqa: F811

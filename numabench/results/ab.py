@@ -130,6 +130,8 @@ class ABResult:
     workers: str = "exec"  # WORKERS: how each pair's workers started (forked from a server per side, or exec'd)
     same_cpus: bool = False  # each pair's two sides on the same CPUs (families with Family.step_threads)
     passes: bool = False  # rounds mode: pair p of every worker run in session p (ab_passes), not back to back
+    # in passes: the seconds of measuring that the first and further passes were to fit (ab_budget); None: no budget
+    time_budget_s: float | None = None
     # the signal that stopped the session before its end (rounds mode): rows are its finished worker runs'
     stopped_by: int | None = None
     # MemTotal (GiB) when the measuring began and when it ended: a VM whose memory grows as used
@@ -525,7 +527,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            invoke_both: InvokeInterleaved | None = None, head_axis: str | None = None,
            session_json: Path | None = None, max_pairs: int = 0, target_pct: float = 3.0,
            confirm_pairs: int = 0, workers: str = "forked", same_cpus: bool = False,
-           passes: bool = False) -> ABResult:
+           passes: bool = False, time_budget_s: float | None = None) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -543,7 +545,10 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     rank of a family that steps on few threads runs on as many CPUs, the same for both sides of a
     pair (``--numa-ab-same-cpus``). ``passes`` (rounds mode): pair p of every worker run in a session
     of its own, pass p (numabench.results.ab_passes; further and confirming pairs passes too), instead
-    of all of a worker run's pairs back to back in one session. ``session_json``: where to keep
+    of all of a worker run's pairs back to back in one session. ``time_budget_s`` (in passes): the
+    further pairs are those that fit that many seconds of measuring, where they bring the most
+    entries to ``target_pct`` per second (numabench.results.ab_budget; confirming pairs beyond it).
+    ``session_json``: where to keep
     the rounds mode's session (its pytest-benchmark JSON: both sides' medians and each run's costs,
     for time plans)."""
     if pairs < 2:
@@ -564,6 +569,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     if same_cpus and (interleave != "rounds" or head_axis):
         raise UsageError("--same-cpus binds both sides of a pair of the rounds mode's session: allowed with "
                          "--interleave=rounds and without --head-axis")
+    if time_budget_s is not None and (not passes or not time_budget_s > 0):
+        raise UsageError(f"--time-budget {time_budget_s:g} s: allowed a time > 0 with --passes (its further pairs "
+                         "are passes that fit it)")
     if max_pairs and (max_pairs < pairs or interleave != "rounds" or head_axis):
         raise UsageError(f"--max-pairs {max_pairs}: allowed a number >= --pairs ({pairs}), with --interleave=rounds "
                          "and without --head-axis (further pairs are per worker run of one session)")
@@ -612,6 +620,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                                                     [*pytest_args, *session_args], pairs, tmp, max_pairs=max_pairs,
                                                     target_pct=target_pct, confirm_pairs=confirm_pairs,
                                                     threshold_pct=threshold_pct, confidence=confidence,
+                                                    time_budget_s=time_budget_s, coarsest_pct=coarsest_pct,
                                                     progress=progress)
                     else:
                         progress(f"{pairs} pairs, rounds alternating between base and head in one session")
@@ -639,8 +648,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, pairs,
                                                measured.get("confirming"))
         attach_cpus(res.rows, measured.get("cpus") or {})
-        if max_pairs > pairs:
+        if max_pairs > pairs or time_budget_s is not None:
             res.max_pairs, res.target_pct = max_pairs, target_pct
+        res.time_budget_s = time_budget_s
         if interleave == "rounds":
             res.confirm_pairs, res.workers, res.same_cpus, res.passes = confirm_pairs, workers, same_cpus, passes
         res.stopped_by = stopped_by

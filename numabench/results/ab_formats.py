@@ -86,7 +86,11 @@ def rule_line(res: ABResult) -> str:
             f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured"
             + (f"; a worker run whose first pairs were too spread to reach a resolution of {res.target_pct:g}% took "
                f"further pairs, up to {res.max_pairs} (Stein's two-stage rule: its interval's width from the first "
-               f"{res.pairs})" if res.max_pairs else "")
+               f"{res.pairs})" if res.max_pairs and res.time_budget_s is None else "")
+            + (f"; further pairs where they brought the most entries to a resolution of {res.target_pct:g}% per "
+               f"second, within a time budget of {res.time_budget_s:.0f} s"
+               f"{f' and up to {res.max_pairs} pairs' if res.max_pairs else ''} (Stein's two-stage rule: an "
+               f"interval's width from the first {res.pairs})" if res.time_budget_s is not None else "")
             + (f"; a worker run whose pairs judged an entry slower or faster took {res.confirm_pairs} confirming "
                f"pairs of fresh workers{' from fresh servers' if res.workers == 'forked' else ''}"
                f"{' (passes of their own)' if res.passes else ''}, its entries "
@@ -228,6 +232,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
         "timings_s": dict(res.timings_s), "max_pairs": res.max_pairs, "target_resolution_pct": res.target_pct,
         "confirm_pairs": res.confirm_pairs, "workers": res.workers, "same_cpus": res.same_cpus, "passes": res.passes,
+        "time_budget_s": res.time_budget_s,
         "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None,
         "mem_total_gib": list(res.mem_total_gib) if res.mem_total_gib else None,
         "rejudged_from": res.rejudged_from,
@@ -284,6 +289,7 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        # saved before either existed: no confirming pairs, exec'd workers
                        confirm_pairs=int(data.get("confirm_pairs") or 0), workers=str(data.get("workers") or "exec"),
                        same_cpus=bool(data.get("same_cpus")), passes=bool(data.get("passes")),
+                       time_budget_s=None if data.get("time_budget_s") is None else float(data["time_budget_s"]),
                        stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None,
                        mem_total_gib=_mem_total(data.get("mem_total_gib")),
                        rejudged_from=str(data["rejudged_from"]) if data.get("rejudged_from") else None)

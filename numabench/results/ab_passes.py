@@ -11,15 +11,19 @@ spread counts it.
 
 Further pairs (Stein's rule, ``max_pairs``) and confirming pairs (``confirm_pairs``) are passes
 too, each a session over only the worker runs that need them (``--numa-ab-runs-of``); a
-confirming pass's session starts its own fork servers, as every session does.
+confirming pass's session starts its own fork servers, as every session does. With a time budget
+(``time_budget_s``) the further pairs are the ones that fit it, where they bring the most entries
+to the target resolution per second (numabench.results.ab_budget).
 """
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from numabench.gate.rule import FASTER, SLOWER
+from numabench.results.ab_budget import allocate, pass_cost_s, run_needs
 from numabench.results.ab_session import AB_BASE_KEY, StoppedWithMeasurements
 from numabench.results.ab_verdict import MIN_PAIRS, judge_ratios, pairs_for_target
 
@@ -29,11 +33,12 @@ InvokeSession = Callable[[Any, Any, Sequence[str], int, Path], dict[str, Any]]
 # an entry's per-pair lists in a session's JSON, extended pass by pass in the kept session
 HEAD_PER_PAIR = ("invocation_medians_s", "invocation_machines", "invocation_cpus", "invocation_walls_s")
 BASE_PER_PAIR = ("invocation_medians_s", "invocation_cpus", "invocation_rounds_s", "head_invocation_rounds_s",
-                 "rewarmed_pairs")
+                 "rewarmed_pairs", "pair_walls_s")
 
 
 def empty_measured() -> dict[str, Any]:
-    return {"base": [], "head": [], "ratios": [], "failed": [], "confirming": {}, "cpus": {}, "_no_cpus": set()}
+    return {"base": [], "head": [], "ratios": [], "failed": [], "confirming": {}, "cpus": {}, "runs": {}, "walls": {},
+            "_no_cpus": set()}
 
 
 def merge_session(merged: dict[str, Any], session: dict[str, Any]) -> None:
@@ -47,6 +52,9 @@ def merge_session(merged: dict[str, Any], session: dict[str, Any]) -> None:
     merged["head"].extend(session.get("head") or [])
     merged["ratios"].extend(ratios)
     merged["failed"].extend(f for f in session.get("failed") or [] if f not in merged["failed"])
+    merged["runs"].update(session.get("runs") or {})
+    for name, walls in (session.get("walls") or {}).items():
+        merged["walls"].setdefault(name, []).extend(walls)
     cpus = session.get("cpus") or {}
     for name in set().union(*(session.get("base") or [])):
         if name in merged["_no_cpus"]:
@@ -101,12 +109,17 @@ def changed_names(measured: dict[str, Any], threshold_pct: float, confidence: fl
 
 def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Sequence[str], pairs: int,
                      scratch: Path, *, max_pairs: int = 0, target_pct: float = 3.0, confirm_pairs: int = 0,
-                     threshold_pct: float = 1.0, confidence: float = 0.95,
-                     progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+                     threshold_pct: float = 1.0, confidence: float = 0.95, time_budget_s: float | None = None,
+                     coarsest_pct: float | None = None,
+                     progress: Callable[[str], None] = lambda line: None,
+                     clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """``pairs`` passes of the whole selection, then further passes (Stein's rule, up to
-    ``max_pairs`` pairs an entry) and ``confirm_pairs`` confirming passes over the worker runs that
-    need them: what they measured merged as one session's (invoke_interleaved's shape, "confirming":
-    each entry's confirming pairs), and the kept session (``scratch / "ab.json"``) merged likewise.
+    ``max_pairs`` pairs an entry; with ``time_budget_s``, those that fit that many seconds from the
+    first pass's start, toward ``target_pct`` and ``coarsest_pct``, uncapped where ``max_pairs`` is
+    0) and ``confirm_pairs`` confirming passes (beyond any budget: a change is never judged on
+    fewer) over the worker runs that need them: what they measured merged as one session's
+    (invoke_interleaved's shape, "confirming": each entry's confirming pairs), and the kept session
+    (``scratch / "ab.json"``) merged likewise.
     Stopped (Ctrl-C, SIGTERM, SIGHUP) during a pass or between two: StoppedWithMeasurements with
     every finished pass's measurements and the stopped pass's finished worker runs."""
     merged = empty_measured()
@@ -114,7 +127,8 @@ def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest
     try:
         _passes(invoke_session, base, head, pytest_args, pairs, scratch, merged, jsons, max_pairs=max_pairs,
                 target_pct=target_pct, confirm_pairs=confirm_pairs, threshold_pct=threshold_pct,
-                confidence=confidence, progress=progress)
+                confidence=confidence, time_budget_s=time_budget_s, coarsest_pct=coarsest_pct, progress=progress,
+                clock=clock)
     except KeyboardInterrupt as stop:
         if isinstance(stop, StoppedWithMeasurements):  # the stopped pass's finished worker runs
             merge_session(merged, stop.measured)
@@ -128,7 +142,8 @@ def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest
 
 def _passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Sequence[str], pairs: int,
             scratch: Path, merged: dict[str, Any], jsons: list[Path], *, max_pairs: int, target_pct: float,
-            confirm_pairs: int, threshold_pct: float, confidence: float, progress: Callable[[str], None]) -> None:
+            confirm_pairs: int, threshold_pct: float, confidence: float, time_budget_s: float | None,
+            coarsest_pct: float | None, progress: Callable[[str], None], clock: Callable[[], float]) -> None:
     """invoke_in_passes' passes, each one's measurements merged and its JSON listed as it ends
     (a stopped one's JSON listed before it runs: what its finished worker runs wrote)."""
     listing = scratch / "runs-of.txt"
@@ -145,10 +160,33 @@ def _passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Se
         merge_session(merged, session)
         return session
 
+    started = clock()
     for p in range(pairs):
         one_pass(p, pairs, None, "one pair of every worker run")
     done = pairs
-    if max_pairs > pairs:
+    if time_budget_s is not None:
+        names = sorted(set().union(*merged["base"]))
+        wanted_pct = sorted({target_pct, *([coarsest_pct] if coarsest_pct else [])})
+        runs = run_needs(merged, names, wanted_pct, confidence, max_pairs or None,
+                         lambda name: entry_pair_ratios(merged, name))
+        elapsed = clock() - started
+        overhead = max(0.0, elapsed / pairs - sum(r.cost_s for r in runs.values()))
+        levels = allocate(runs, pairs, time_budget_s - elapsed, overhead)
+        runs_of = merged["runs"]
+        wanted = {n: levels[runs_of[n]] for n in names if levels.get(runs_of.get(n, ""), pairs) > pairs}
+        progress(f"time budget {time_budget_s:.0f} s, {elapsed:.0f} s taken: further pairs for "
+                 f"{sum(n > pairs for n in levels.values())} of {len(levels)} worker runs (up to "
+                 f"{max(levels.values(), default=pairs)} pairs), toward resolutions of "
+                 f"{' and '.join(f'{p:g}%' for p in wanted_pct)}")
+        for p in range(pairs, max(wanted.values(), default=pairs)):
+            only = [n for n, w in wanted.items() if w > p]
+            if clock() - started + pass_cost_s(runs, only, runs_of, overhead) > time_budget_s:
+                progress(f"time budget {time_budget_s:.0f} s: the next further pass would end after it; none more")
+                break
+            one_pass(p, None, only, f"a further pair of the worker runs of {len(only)} entries, within the time "
+                                    "budget")
+            done = p + 1
+    elif max_pairs > pairs:
         wanted = further_wanted(merged, target_pct, confidence, max_pairs)
         for p in range(pairs, max(wanted.values(), default=pairs)):
             only = [n for n, w in wanted.items() if w > p]

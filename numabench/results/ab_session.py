@@ -37,6 +37,7 @@ def session_measured(json_path: Path, pairs: int, selection: str = "",
     measured["failed"] = list(failed or [])
     measured["confirming"] = confirming_pairs(run)
     measured["cpus"] = pair_cpus(run)
+    measured["runs"], measured["walls"] = run_walls(run)
     return measured
 
 
@@ -102,3 +103,16 @@ def confirming_pairs(run: dict) -> dict[str, int]:
         if isinstance(n, int) and n > 0:
             out[b["fullname"]] = n
     return out
+
+
+def run_walls(run: dict) -> tuple[dict[str, str], dict[str, list[float]]]:
+    """Entry full name -> the worker run it came from, and -> that run's wall seconds per pair
+    (fixtures.ab_sides.base_extra_info), where the session recorded them."""
+    runs, walls = {}, {}
+    for b in run["benchmarks"]:
+        ab = (b.get("extra_info") or {}).get(AB_BASE_KEY) or {}
+        key, per_pair = ab.get("run"), ab.get("pair_walls_s")
+        if isinstance(key, str) and key and isinstance(per_pair, list) \
+                and all(isinstance(w, (int, float)) and w >= 0 for w in per_pair):
+            runs[b["fullname"]], walls[b["fullname"]] = key, [float(w) for w in per_pair]
+    return runs, walls
