@@ -763,9 +763,9 @@ def build_parser() -> OneLineParser:
                         "(default 3%%)")
     p.add_argument("--time-budget", default=None, metavar="DURATION",
                    help="in passes: after the first --pairs passes, further pairs (Stein's rule, up to --max-pairs "
-                        "where given) for the worker runs where they bring the most entries to --target-resolution "
-                        "per second, as long as the measuring fits DURATION (900, 900s, 15m, 1h); confirming pairs "
-                        "come after it")
+                        "where given) for the worker runs where they bring the most entries within --coarsest and "
+                        "--target-resolution per second, as long as the measuring fits DURATION (900, 900s, 15m, "
+                        "1h); confirming pairs come after it")
     p.add_argument("--confirm-pairs", type=int, default=None, metavar="N",
                    help="rounds mode: a worker run whose pairs judge an entry slower or faster runs N further pairs "
                         "of fresh workers, and its entries are judged on all of them (default: as many as --pairs; "
