@@ -31,6 +31,7 @@ def test_the_workflow_runs_ab_on_pull_requests_and_the_gate_elsewhere():
     checkout = next(s for s in ab["steps"] if s.get("uses", "").startswith("actions/checkout"))
     assert checkout["with"]["fetch-depth"] == 0  # git merge-base origin/main HEAD needs main's history
     assert "'smoke'" in ab["env"]["NUMABENCH_TIER"] and ab["env"]["NUMABENCH_AB_PAIRS"]
+    assert "vars.NUMABENCH_AB_BUDGET" in ab["env"]["NUMABENCH_AB_BUDGET"]  # a repository variable may set it
     upload = next(s for s in ab["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
     assert upload["if"] == "always()" and upload["with"]["path"].rstrip("/") == ab["env"]["NUMABENCH_RESULTS"]
     assert "pull_request" not in gate["env"]["NUMABENCH_TIER"]
