@@ -269,6 +269,11 @@ class Family:
     metrics: Callable[["CaseResult", str], dict] = lambda result, phase: {}
     default_rounds: int = 20
     default_warmup: int = 3
+    # timed rounds of each invocation in a same-runner A/B, over the tier's cap (None: the tier's),
+    # for a family whose pairs spread by round-to-round noise and whose rounds cost little beside
+    # its set-up: a pair's ratio is the median of its round-by-round ratios, so more rounds narrow
+    # every pair where more pairs would pay the set-up again (docs/GATE.md: rounds of an A/B)
+    ab_rounds: int | None = None
     # further fields of every rank's WorkerSpec.extra (e.g. a rendezvous port)
     spec_extra: Callable[["Case"], dict] | None = None
     # its workers pad their timed phases for NUMABENCH_INJECT_SLOWDOWN (real extra work)
