@@ -18,7 +18,7 @@ import pytest
 from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.results.ab import StoppedWithMeasurements, run_ab
-from numabench.results.ab_formats import from_json, render_text, to_json
+from numabench.results.ab_formats import RUN_KEY, from_json, render_text, to_json
 from numabench.results.ab_budget import RunNeeds, allocate, run_needs
 from numabench.results.ab_passes import invoke_in_passes, merge_session, empty_measured, merge_session_jsons
 from numabench.results.ab_rejudge import rejudge
@@ -370,3 +370,26 @@ def test_passes_keep_a_shared_offset_from_reading_as_a_change():
     false = {p: sum(_gate_with_offset(rng, 1.0, 0.02, 0.027, p) == SLOWER for _ in range(runs)) / runs
              for p in (False, True)}
     assert false[False] > 0.04 and false[True] < 0.005, false
+
+
+def test_a_session_kept_with_its_run_record_is_named_as_the_run_was(tmp_path, repo):  # noqa: F811
+    """numabench ab --session-json keeps how the run ran (numabench_ab): a rejudge names its base by
+    revision and commit, not by the temporary checkout it ran from, and says it ran in passes within a
+    budget; a record that is not one is refused, named."""
+    fake = FakeSessions(noisy(changed={A: 1.3}))
+    kept_path = tmp_path / "session.json"
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks", "-k", "x"], pairs=3, cwd=repo, build_side=lambda s: "",
+                 invoke_both=fake, confirm_pairs=3, passes=True, session_json=kept_path, time_budget_s=600.0,
+                 head_env={"NUMABENCH_INJECT_SLOWDOWN": "1.05"})
+    run = json.loads(kept_path.read_text())
+    assert run[RUN_KEY]["base"]["label"] == "HEAD~1" and "entries" not in run[RUN_KEY]
+    again = rejudge(run, str(kept_path))
+    assert (again.base.label, again.base.commit) == ("HEAD~1", res.base.commit) and again.base.commit
+    assert (again.head.label, again.head.commit, again.head.env) == ("HEAD", res.head.commit, res.head.env)
+    assert again.passes and again.time_budget_s == 600.0 and again.workers == res.workers
+    assert again.selection == ["benchmarks", "-k", "x"] and again.timings_s == {}  # nothing measured now
+    assert [(r.fullname, r.verdict) for r in again.rows] == [(r.fullname, r.verdict) for r in res.rows]
+    text = render_text(again)
+    assert f"base: HEAD~1 ({res.base.commit[:12]})" in text and "numabench-ab-" not in text
+    with pytest.raises(UsageError, match=f"s.json's {RUN_KEY}: not an A/B run"):
+        rejudge({**run, RUN_KEY: {**run[RUN_KEY], "base": {}}}, "s.json")

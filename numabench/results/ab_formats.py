@@ -21,6 +21,7 @@ from numabench.results.ab_verdict import INTERVAL, PAIR_RATIOS, UNRESOLVED
 
 FORMATS = ("text", "markdown", "github", "json")
 SCHEMA = "numabench-ab/1"  # the JSON's "schema": docs/GATE.md describes it
+RUN_KEY = "numabench_ab"  # a kept session's record of how its A/B ran (run_record)
 COUNT_ORDER = (SLOWER, FASTER, SAME, UNRESOLVED)
 HEADER = ("benchmark", "ratio", "interval", "resolution %", "verdict", "base ms", "head ms")
 MARKDOWN_NAMED = 8  # unresolved entries named in a warning line
@@ -246,6 +247,24 @@ def to_json(res: ABResult) -> dict[str, Any]:
         } for r in sorted_rows(res)],
         "summary": summary_lines(res),
     }
+
+
+def run_record(res: ABResult) -> dict[str, Any]:
+    """How an A/B run ran: ``to_json`` less its entries and verdicts (both sides' revisions, commits
+    and environments, the pairs, passes, budget, workers, when and how long). A kept session holds it
+    under RUN_KEY, so that ``--rejudge`` names the run by what it was, not by the temporary checkout
+    of its base."""
+    data = to_json(res)
+    for key in ("entries", "summary", "counts", "regressions", "exit_code", "missing", "rejudged_from"):
+        data.pop(key)
+    return data
+
+
+def recorded_run(data: Any, source: str) -> ABResult:
+    """The ABResult (no rows) of a ``run_record``; ValueError naming what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: {RUN_KEY} {type(data).__name__}: allowed what numabench ab recorded of its run")
+    return from_json({**data, "entries": []}, f"{source}'s {RUN_KEY}")
 
 
 def _timings(data: Any) -> dict[str, float]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from numabench.errors import UsageError
 from numabench.results.ab import ABResult, Side, judge_measured
+from numabench.results.ab_formats import RUN_KEY, recorded_run
 from numabench.results.ab_session import AB_BASE_KEY, confirming_pairs, interleaved_medians
 from numabench.results.ab_verdict import MIN_PAIRS, PAIR_RATIOS
 
@@ -60,9 +61,17 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None, thres
         first, confirming = pairs, {}
     if pair_ratio == "medians":
         measured.pop("ratios", None)
-    base, head = _sides(run)
-    res = ABResult(base, head, first, threshold_pct, confidence, coarsest_pct=coarsest_pct, interleave="rounds",
+    res = ABResult(*_sides(run), first, threshold_pct, confidence, coarsest_pct=coarsest_pct, interleave="rounds",
                    when=str(run.get("datetime") or ""), workers="", rejudged_from=source)
+    if RUN_KEY in run:  # how the run ran, as numabench ab recorded it (sessions kept before it: the checkout)
+        try:
+            ran = recorded_run(run[RUN_KEY], source)
+        except ValueError as e:
+            raise UsageError(f"--rejudge {source}: {e}") from None
+        res.base, res.head, res.selection, res.when = ran.base, ran.head, ran.selection, ran.when
+        res.workers, res.same_cpus, res.passes = ran.workers, ran.same_cpus, ran.passes
+        res.max_pairs, res.target_pct, res.time_budget_s = ran.max_pairs, ran.target_pct, ran.time_budget_s
+        res.mem_total_gib = ran.mem_total_gib  # not stopped_by: a rejudge's exit code is its verdicts'
     res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, first, confirming)
     res.confirm_pairs = max(confirming.values(), default=0)
     keys = {(b.get("extra_info") or {}).get("hardware_key") for b in run.get("benchmarks") or []} - {None}
