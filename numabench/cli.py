@@ -296,7 +296,7 @@ def _compare(ns: argparse.Namespace) -> int:
 def cmd_ab(ns: argparse.Namespace) -> int:
     from numabench.gate.rule import parse_positive_pct, parse_threshold
     from numabench.results.ab import parse_env, run_ab
-    from numabench.results.ab_formats import from_json, render_as, to_json
+    from numabench.results.ab_formats import add_run_record, from_json, render_as, to_json
 
     if ns.show is not None:  # a saved A/B run, rendered again: nothing measured
         if ns.rejudge is not None:
@@ -343,6 +343,11 @@ def cmd_ab(ns: argparse.Namespace) -> int:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
         res.hardware_key = None
+    if session_path is not None and session_path.is_file():  # kept: how the run ran, for --rejudge
+        try:
+            add_run_record(session_path, res)
+        except OSError as e:
+            raise UsageError(f"--session-json {ns.session_json}: {e.strerror}") from None
     if json_path is not None:
         try:
             json_path.write_text(json.dumps(to_json(res), indent=2) + "\n")

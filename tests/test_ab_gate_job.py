@@ -93,8 +93,13 @@ def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     assert len(entry["base_medians_s"]) == len(entry["head_medians_s"]) == 2
     # where each side's worker ran, pair by pair, in the verdicts and in the kept session
     assert [len(entry["base_cpus"]), len(entry["head_cpus"])] == [2, 2], entry
-    [kept] = json.loads((results / "session.json").read_text())["benchmarks"]
+    session = json.loads((results / "session.json").read_text())
+    [kept] = session["benchmarks"]
     assert kept["extra_info"]["invocation_cpus"] == entry["head_cpus"]
+    # and how the run ran, which numabench ab --rejudge names it by
+    ran = session["numabench_ab"]
+    assert ran["base"]["commit"] == ran["head"]["commit"] == head and ran["passes"] is True
+    assert ran["selection"] == data["selection"] and "entries" not in ran
     # by default both sides of a pair ran on the same CPU (touch steps on one thread)
     assert data["same_cpus"] is True and entry["base_cpus"] == entry["head_cpus"], entry
     # the exit code is what the verdict table says, whatever this machine's timings were

@@ -18,7 +18,7 @@ import pytest
 from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.results.ab import StoppedWithMeasurements, run_ab
-from numabench.results.ab_formats import RUN_KEY, from_json, render_text, to_json
+from numabench.results.ab_formats import RUN_KEY, add_run_record, from_json, render_text, to_json
 from numabench.results.ab_budget import RunNeeds, allocate, run_needs
 from numabench.results.ab_passes import invoke_in_passes, merge_session, empty_measured, merge_session_jsons
 from numabench.results.ab_rejudge import rejudge
@@ -373,7 +373,7 @@ def test_passes_keep_a_shared_offset_from_reading_as_a_change():
 
 
 def test_a_session_kept_with_its_run_record_is_named_as_the_run_was(tmp_path, repo):  # noqa: F811
-    """numabench ab --session-json keeps how the run ran (numabench_ab): a rejudge names its base by
+    """numabench ab --session-json keeps how the run ran (numabench_ab) once it is judged: a rejudge names its base by
     revision and commit, not by the temporary checkout it ran from, and says it ran in passes within a
     budget; a record that is not one is refused, named."""
     fake = FakeSessions(noisy(changed={A: 1.3}))
@@ -381,6 +381,7 @@ def test_a_session_kept_with_its_run_record_is_named_as_the_run_was(tmp_path, re
     res = run_ab("HEAD~1", "HEAD", ["benchmarks", "-k", "x"], pairs=3, cwd=repo, build_side=lambda s: "",
                  invoke_both=fake, confirm_pairs=3, passes=True, session_json=kept_path, time_budget_s=600.0,
                  head_env={"NUMABENCH_INJECT_SLOWDOWN": "1.05"})
+    add_run_record(kept_path, res)  # as numabench ab does once the run is judged
     run = json.loads(kept_path.read_text())
     assert run[RUN_KEY]["base"]["label"] == "HEAD~1" and "entries" not in run[RUN_KEY]
     again = rejudge(run, str(kept_path))

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import os
 import random
@@ -520,16 +519,6 @@ def mem_total_gib() -> float | None:
     return round(total / GIB, 2) if total else None
 
 
-def keep_session(session: Path, path: Path, res: ABResult) -> None:
-    """The rounds mode's session JSON at ``path``, with how the run ran under its RUN_KEY
-    (ab_formats.run_record): what ``--rejudge`` reads."""
-    from numabench.results.ab_formats import RUN_KEY, run_record  # ab_formats renders this module's results
-
-    data = json.loads(session.read_text())
-    data[RUN_KEY] = run_record(res)
-    path.write_text(json.dumps(data))
-
-
 def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: int = 5, threshold_pct: float = 1.0,
            confidence: float = 0.95, coarsest_pct: float = DEFAULT_COARSEST_PCT, base_env: dict[str, str] | None = None,
            head_env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -669,8 +658,6 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         res.missing += measured.get("failed", [])
         for line in measured.get("failed", []):
             progress(f"not measured: {line}")
-        if session_json is not None and (tmp / "ab.json").is_file():
-            keep_session(tmp / "ab.json", session_json, res)
         return res
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

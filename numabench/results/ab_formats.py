@@ -12,6 +12,7 @@ import json
 import math
 import signal
 import statistics
+from pathlib import Path
 from typing import Any
 
 from numabench.gate.rule import FASTER, SAME, SLOWER
@@ -258,6 +259,14 @@ def run_record(res: ABResult) -> dict[str, Any]:
     for key in ("entries", "summary", "counts", "regressions", "exit_code", "missing", "rejudged_from"):
         data.pop(key)
     return data
+
+
+def add_run_record(session: Path, res: ABResult) -> None:
+    """The kept session JSON at ``session`` (``numabench ab --session-json``) with how ``res`` ran
+    under RUN_KEY: what ``--rejudge`` names the run by."""
+    data = json.loads(session.read_text())
+    data[RUN_KEY] = run_record(res)
+    session.write_text(json.dumps(data))
 
 
 def recorded_run(data: Any, source: str) -> ABResult:
