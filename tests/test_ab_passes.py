@@ -373,9 +373,9 @@ def test_passes_keep_a_shared_offset_from_reading_as_a_change():
 
 
 def test_a_session_kept_with_its_run_record_is_named_as_the_run_was(tmp_path, repo):  # noqa: F811
-    """numabench ab --session-json keeps how the run ran (numabench_ab) once it is judged: a rejudge names its base by
-    revision and commit, not by the temporary checkout it ran from, and says it ran in passes within a
-    budget; a record that is not one is refused, named."""
+    """numabench ab --session-json keeps how the run ran (numabench_ab) once it is judged: a rejudge
+    names its base by revision and commit, not by the temporary checkout it ran from, and says it ran
+    in passes within a budget; a record that is not one is refused, named."""
     fake = FakeSessions(noisy(changed={A: 1.3}))
     kept_path = tmp_path / "session.json"
     res = run_ab("HEAD~1", "HEAD", ["benchmarks", "-k", "x"], pairs=3, cwd=repo, build_side=lambda s: "",

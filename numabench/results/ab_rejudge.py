@@ -7,6 +7,7 @@ run) is not there to judge.
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +69,11 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None, thres
             ran = recorded_run(run[RUN_KEY], source)
         except ValueError as e:
             raise UsageError(f"--rejudge {source}: {e}") from None
-        res.base, res.head, res.selection, res.when = ran.base, ran.head, ran.selection, ran.when
-        res.workers, res.same_cpus, res.passes = ran.workers, ran.same_cpus, ran.passes
-        res.max_pairs, res.target_pct, res.time_budget_s = ran.max_pairs, ran.target_pct, ran.time_budget_s
-        res.mem_total_gib = ran.mem_total_gib  # not stopped_by: a rejudge's exit code is its verdicts'
+        # the run's sides and settings under this judgement's rule; nothing measured now, and the exit
+        # code the verdicts' (not a stopped session's signal)
+        res = dataclasses.replace(ran, pairs=first, threshold_pct=threshold_pct, confidence=confidence,
+                                  coarsest_pct=coarsest_pct, interleave="rounds", timings_s={}, stopped_by=None,
+                                  rejudged_from=source)
     res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, first, confirming)
     res.confirm_pairs = max(confirming.values(), default=0)
     keys = {(b.get("extra_info") or {}).get("hardware_key") for b in run.get("benchmarks") or []} - {None}
