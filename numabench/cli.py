@@ -338,7 +338,8 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  head_axis=ns.head_axis, session_json=session_path, max_pairs=ns.max_pairs,
                  target_pct=parse_positive_pct(ns.target_resolution, "--target-resolution"),
                  confirm_pairs=confirm_pairs(ns), workers=ns.workers, same_cpus=same_cpus(ns), passes=passes(ns),
-                 time_budget_s=None if ns.time_budget is None else parse_duration_s(ns.time_budget, "--time-budget"))
+                 time_budget_s=None if ns.time_budget is None else parse_duration_s(ns.time_budget, "--time-budget"),
+                 confirm_confidence=ns.confirm_confidence)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -371,7 +372,8 @@ def rejudge_session(ns: argparse.Namespace, coarsest: float) -> int:
                  if given]
     if measuring:
         raise UsageError(f"--rejudge {ns.rejudge}: judges a kept session again, measuring nothing: allowed without "
-                         f"{measuring[0]} (with --pairs, --threshold, --confidence, --coarsest, --pair-ratio, "
+                         f"{measuring[0]} (with --pairs, --threshold, --confidence, --confirm-confidence, --coarsest, "
+                         "--pair-ratio, "
                          "--format, --json)")
     try:
         run = json.loads(Path(ns.rejudge).read_text())
@@ -382,7 +384,8 @@ def rejudge_session(ns: argparse.Namespace, coarsest: float) -> int:
         raise UsageError(f"--rejudge {ns.rejudge}: not JSON ({e}): allowed the JSON numabench ab --session-json "
                          "kept") from None
     res = rejudge(run, ns.rejudge, pairs=ns.pairs, threshold_pct=parse_threshold(ns.threshold),
-                  confidence=ns.confidence, coarsest_pct=coarsest, pair_ratio=ns.pair_ratio or "rounds")
+                  confidence=ns.confidence, coarsest_pct=coarsest, pair_ratio=ns.pair_ratio or "rounds",
+                  confirm_confidence=ns.confirm_confidence)
     if ns.json:
         try:
             Path(ns.json).write_text(json.dumps(to_json(res), indent=2) + "\n")
@@ -795,6 +798,10 @@ def build_parser() -> OneLineParser:
                         "(each side's own harness too: for changes to the worker contract)")
     p.add_argument("--threshold", default="1%", help="smallest ratio that counts (default 1%%)")
     p.add_argument("--confidence", type=float, default=0.95, help="of the t-interval on log ratios (default 0.95)")
+    p.add_argument("--confirm-confidence", type=float, default=None, metavar="C",
+                   help="of the interval of an entry whose worker run took confirming pairs, judged on all its "
+                        "pairs, its first ones chosen because they looked changed among them (default: half the "
+                        "error of --confidence, 0.975 at 0.95)")
     p.add_argument("--coarsest", default=DEFAULT_COARSEST,
                    help="an entry whose resolution (the interval's relative half-width) is coarser than this is "
                         f"unresolved, not same (default {DEFAULT_COARSEST.replace('%', '%%')})")
@@ -810,7 +817,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--json", default=None, metavar="PATH", help="also write the A/B run as JSON here")
     p.add_argument("--rejudge", default=None, metavar="SESSION",
                    help="judge a kept session (what --session-json wrote) again, measuring nothing: with --pairs, "
-                        "--threshold, --confidence, --coarsest, --pair-ratio")
+                        "--threshold, --confidence, --confirm-confidence, --coarsest, --pair-ratio")
     p.add_argument("--pair-ratio", choices=("rounds", "medians"), default=None,
                    help="with --rejudge: each pair's ratio the median of its round-by-round ratios (default, as a "
                         "measured run judges) or the ratio of its medians")

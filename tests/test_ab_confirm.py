@@ -22,7 +22,7 @@ from numabench.results.ab import judge_measured, run_ab
 from numabench.results.ab_session import confirming_pairs, interleaved_medians
 from numabench.results.ab_formats import from_json, render_text, to_json
 from numabench.results.ab_rejudge import rejudge
-from numabench.results.ab_verdict import judge, judge_ratios
+from numabench.results.ab_verdict import confirmed_confidence, judge, judge_ratios
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_further_pairs import result
 from test_ab_sides import ROOT, SESSION, SLEEP_S, collected_with, patched_base, slow_base
@@ -54,6 +54,71 @@ def test_confirmed_entries_are_judged_on_all_their_pairs_with_their_own_spread()
     assert judge([1.0] * 8, head_a, 1.0, 0.95, first_stage=4).verdict == SLOWER
 
 
+# an unchanged entry's pairs on H200 x1 (adam_offload step 1.84M fp32 overlapped, an A/A of the ci
+# tier): its first 3 judged it slower, its 3 confirming pairs leaned the same way by chance
+FALSE_ALARM = [1.0541, 1.0414, 1.033, 1.0023, 1.0307, 1.0151]
+
+
+def test_confirmed_entries_are_judged_at_half_the_error():
+    name = "x.py::t[a]"
+    run = _session_run({name: FALSE_ALARM}, {name: [1.0] * 6})
+    run["benchmarks"][0]["extra_info"]["ab_base"]["confirmation_pairs"] = 3
+    measured, confirming = interleaved_medians(run, 3), confirming_pairs(run)
+    assert confirmed_confidence(0.95) == pytest.approx(0.975) and confirmed_confidence(0.9) == pytest.approx(0.95)
+    (row,), _ = judge_measured(measured, 1.0, 0.95, 10.0, pairs=3, confirming=confirming)
+    assert row.verdict == SAME and row.low < 1.01 < judge_ratios(FALSE_ALARM, 1.0, 0.95).low
+    strict = judge_ratios(FALSE_ALARM, 1.0, 0.975)
+    assert (row.low, row.high) == pytest.approx((strict.low, strict.high))
+    (at_95,), _ = judge_measured(measured, 1.0, 0.95, 10.0, pairs=3, confirming=confirming, confirm_confidence=0.95)
+    assert at_95.verdict == SLOWER  # the rule before the halved error: a false alarm
+    (unconfirmed,), _ = judge_measured(measured, 1.0, 0.95, 10.0, pairs=6)
+    assert unconfirmed.verdict == SLOWER  # six pairs that were not chosen are judged at 95%
+
+
+def test_the_confirmed_confidence_is_kept_shown_and_chosen():
+    name = "x.py::t[a]"
+    run = _session_run({name: FALSE_ALARM}, {name: [1.0] * 6})
+    run["benchmarks"][0]["extra_info"]["ab_base"]["confirmation_pairs"] = 3
+    res = rejudge(run, "s.json")
+    assert res.confirm_confidence == pytest.approx(0.975) and res.exit_code == 0
+    assert "judged on all their pairs at 97.5%" in render_text(res)
+    data = to_json(res)
+    assert data["confirm_confidence"] == pytest.approx(0.975)
+    assert from_json(data).confirmed_confidence == pytest.approx(0.975)
+    del data["confirm_confidence"]  # a run saved before it existed: judged at its one confidence
+    assert from_json(data).confirmed_confidence == pytest.approx(0.95)
+    looser = rejudge(run, "s.json", confirm_confidence=0.95)
+    assert looser.exit_code == 1 and "with 95% confidence" in render_text(looser)
+    assert "with 95% (97.5% with confirming pairs) confidence" not in render_text(looser)
+    for bad in (0.9, 1.0):
+        with pytest.raises(UsageError, match=f"--confirm-confidence {bad}: allowed a number from --confidence"):
+            rejudge(run, "s.json", confirm_confidence=bad)
+
+
+def test_a_run_s_false_alarms_at_the_tiers_noise():
+    """Unchanged entries with the ci tier's noise on H200 x1 (the standard deviation of their log
+    pair ratios over two A/As: 33 entries near 0.3%, 15 near 0.7%, 21 near 1.5%, 21 near 3%, 11
+    near 7%), judged as the gate does: about 5% of runs judge some entry slower where confirmed
+    entries are judged at 95%, about 3% at the halved error (seeded; docs/GATE.md)."""
+    mix = {0.003: 33, 0.007: 15, 0.015: 21, 0.03: 21, 0.07: 11}
+
+    def false_alarm(rng: random.Random, confirm_confidence: float) -> bool:
+        for noise, n in mix.items():
+            for _ in range(n):
+                ratios = [math.exp(rng.gauss(0.0, noise)) for _ in range(3)]
+                if judge_ratios(ratios, 1.0, 0.95).verdict not in (SLOWER, FASTER):
+                    continue
+                ratios += [math.exp(rng.gauss(0.0, noise)) for _ in range(3)]
+                if judge_ratios(ratios, 1.0, confirm_confidence).verdict == SLOWER:
+                    return True
+        return False
+
+    runs = 1500
+    # the same pairs judged both ways (a run's draws are seeded by its number)
+    rate = {c: sum(false_alarm(random.Random(i), c) for i in range(runs)) / runs for c in (0.95, 0.975)}
+    assert rate[0.95] > 0.045 and rate[0.975] < 0.045 and rate[0.975] < 0.8 * rate[0.95], rate
+
+
 def _entry(rng: random.Random, true_ratio: float, noise: float, confirm: bool) -> str:
     """One synthetic entry's verdict: 4 pairs of log-normal noise, 4 confirming ones where the
     first four judged it changed."""
@@ -61,22 +126,22 @@ def _entry(rng: random.Random, true_ratio: float, noise: float, confirm: bool) -
     verdict = judge([1.0] * 4, ratios, 1.0, 0.95).verdict
     if confirm and verdict in (SLOWER, FASTER):
         ratios += [true_ratio * math.exp(rng.gauss(0.0, noise)) for _ in range(4)]
-        verdict = judge([1.0] * 8, ratios, 1.0, 0.95).verdict
+        verdict = judge([1.0] * 8, ratios, 1.0, confirmed_confidence(0.95)).verdict
     return verdict
 
 
 @pytest.mark.parametrize("noise", [0.02, 0.03, 0.05])
 def test_confirming_cuts_false_verdicts_and_keeps_the_catches(noise):
     """An A/A of entries whose pair-to-pair noise is 2-5% (most host-side entries on the GPU
-    machines): false slower verdicts fall from 0.3-1.2% an entry to a seventh of that or less; a real
-    5% slowdown is caught at least 80% as often as without confirming (where it is barely
-    resolvable, at 5% noise), nearly as often where the noise is lower."""
+    machines): false slower verdicts fall from 0.3-1.2% an entry to a tenth of that or less; a real
+    5% slowdown is caught at least 65% as often as without confirming where it is barely resolvable
+    (5% noise: 13.5% of runs against 19.3%), as often where the noise is lower (2%: 73%)."""
     runs = 20000
     rng = random.Random(38)
     false = {c: sum(_entry(rng, 1.0, noise, c) == SLOWER for _ in range(runs)) / runs for c in (False, True)}
     caught = {c: sum(_entry(rng, 1.05, noise, c) == SLOWER for _ in range(runs)) / runs for c in (False, True)}
-    assert false[False] > 0.002 and false[True] < false[False] / 5, false
-    assert caught[True] > (0.8 if noise >= 0.05 else 0.9) * caught[False], caught
+    assert false[False] > 0.002 and false[True] < false[False] / 10, false
+    assert caught[True] > (0.65 if noise >= 0.05 else 0.9) * caught[False], caught
 
 
 def test_run_ab_asks_its_session_for_confirming_pairs_and_forked_workers(repo):  # noqa: F811
@@ -233,18 +298,18 @@ def test_numabench_ab_runs_both_sides_on_the_same_cpus_by_default_in_rounds_mode
 def _two_stage(rng: random.Random, true_ratio: float, noise: float, trigger: float, confirming: int) -> str:
     """One synthetic entry judged as the gate's pull-request job does by default (3 pairs; where
     their ``trigger``-confidence interval lies wholly beyond the threshold, ``confirming`` fresh
-    pairs more; the verdict on all of them at 95%)."""
+    pairs more; the verdict on all of them at 97.5%, the gate's confirmed_confidence)."""
     ratios = [true_ratio * math.exp(rng.gauss(0.0, noise)) for _ in range(3)]
     if judge_ratios(ratios, 1.0, trigger).verdict not in (SLOWER, FASTER):
         return judge_ratios(ratios, 1.0, 0.95).verdict
     ratios += [true_ratio * math.exp(rng.gauss(0.0, noise)) for _ in range(confirming)]
-    return judge_ratios(ratios, 1.0, 0.95).verdict
+    return judge_ratios(ratios, 1.0, confirmed_confidence(0.95)).verdict
 
 
-@pytest.mark.parametrize("noise, caught_pct", [(0.02, 45), (0.03, 23), (0.04, 14)])
+@pytest.mark.parametrize("noise, caught_pct", [(0.02, 43), (0.03, 21), (0.04, 11)])
 def test_what_the_gates_default_catches_of_a_5_percent_change(noise, caught_pct):
     """docs/GATE.md's table of what the 90% target asks: with the gate's default (3 pairs, 3
-    confirming on a 95% trigger) a real 5% is caught in about 45%, 23% and 14% of runs at 2%, 3%
+    confirming on a 95% trigger) a real 5% is caught in about 43%, 21% and 11% of runs at 2%, 3%
     and 4% pair-to-pair noise, unchanged entries are judged slower in 0.2% of runs or fewer; a
     trigger at 70% with 6 confirming pairs catches far more, its false alarms still under 0.4%."""
     runs = 12000

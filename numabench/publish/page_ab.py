@@ -13,7 +13,7 @@ from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.publish.page_changed import counts_text
 from numabench.publish.pages import esc, fmt_time, page, table, when_text
 from numabench.results.ab import ABResult, ABRow
-from numabench.results.ab_formats import counts, rule_line, sorted_rows, stopped_note
+from numabench.results.ab_formats import confidence_text, counts, rule_line, sorted_rows, stopped_note
 from numabench.results.ab_verdict import UNRESOLVED
 
 # the chart's colours per verdict (site.js: red says slower, green faster)
@@ -125,7 +125,7 @@ def chart_spec(res: ABResult, rows: list[ABRow]) -> dict:
                    [n + 0.5, 1 + res.threshold_pct / 100]], "marker": "none", "color": "#9467bd"})
     every = max(1, n // 40)
     return {"title": "ratio head/base per entry", "kind": "xy", "xlabel": "entry (# in the table below)",
-            "ylabel": "head/base", "bandlabel": f"{res.confidence:.0%} interval",
+            "ylabel": "head/base", "bandlabel": f"{confidence_text(res)} interval",
             "xticks": [[i, str(i)] for i in range(1, n + 1) if i % every == 0 or i == 1], "series": series}
 
 
@@ -142,7 +142,7 @@ def ab_html(p: ABPage) -> str:
              f"<code>{esc(res.hardware_key or 'not recorded')}</code> &middot; {esc(when_text(res.when))}</p>"]
     if changed:
         what = ("<p class=\"muted\">Every entry not <i>same</i>, slowest first: its ratio head/base, the "
-                f"{res.confidence:.0%} interval of that ratio, and the smallest change it resolves on this run.</p>"
+                f"{confidence_text(res)} interval of that ratio, and the smallest change it resolves on this run.</p>"
                 + table(HEADER, [_row_cells(i, r, False) for i, r in changed], num=NUM, css="ab changes-ab"))
     else:
         what = "<p class=\"muted chg-none\">No entry slower, faster or unresolved.</p>"

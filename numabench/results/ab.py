@@ -139,6 +139,17 @@ class ABResult:
     mem_total_gib: tuple[float, float] | None = None
     # a kept session judged again (numabench ab --rejudge): where it was read from; None: measured now
     rejudged_from: str | None = None
+    # the confidence of the entries judged with confirming pairs (ab_verdict.confirmed_confidence);
+    # None: ``confidence`` (runs saved before it existed)
+    confirm_confidence: float | None = None
+
+    @property
+    def confirmed_confidence(self) -> float:
+        return self.confidence if self.confirm_confidence is None else self.confirm_confidence
+
+    def row_confidence(self, row: ABRow) -> float:
+        """The confidence of ``row``'s interval: the stricter one where its worker run confirmed."""
+        return self.confirmed_confidence if row.confirmation_pairs else self.confidence
 
     @property
     def pair_ratio(self) -> str:
@@ -184,12 +195,15 @@ def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: in
 def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float,
                 confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT, fullname: str = "",
                 first_stage: int | None = None, confirmation_pairs: int = 0,
-                round_ratios: Sequence[float] | None = None) -> ABRow:
+                round_ratios: Sequence[float] | None = None, confirm_confidence: float | None = None) -> ABRow:
     """One entry's row from each side's per-pair medians. With ``confirmation_pairs`` (its worker
     run's first pairs judged an entry changed and it ran that many more): judged on all its pairs,
-    their own spread (ab_verdict). ``round_ratios``: each pair's round-by-round ratio (rounds mode),
-    what it is judged on; else the ratios of the medians."""
+    their own spread, at ``confirm_confidence`` (default ab_verdict.confirmed_confidence of
+    ``confidence``). ``round_ratios``: each pair's round-by-round ratio (rounds mode), what it is
+    judged on; else the ratios of the medians."""
     stein = None if confirmation_pairs else first_stage
+    if confirmation_pairs:
+        confidence = ab_verdict.confirmed_confidence(confidence) if confirm_confidence is None else confirm_confidence
     if round_ratios is not None:
         if len(round_ratios) != len(base_s) or len(head_s) != len(base_s):
             raise ValueError(f"{name}: {len(round_ratios)} round ratios for {len(base_s)} base and {len(head_s)} "
@@ -454,12 +468,13 @@ def measure(sides: dict[str, Side], pytest_args: Sequence[str], pairs: int, scra
 
 def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: float,
                    confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT,
-                   pairs: int | None = None,
-                   confirming: Mapping[str, int] | None = None) -> tuple[list[ABRow], list[str]]:
+                   pairs: int | None = None, confirming: Mapping[str, int] | None = None,
+                   confirm_confidence: float | None = None) -> tuple[list[ABRow], list[str]]:
     """The rows of the entries both sides measured in each of the first ``pairs`` invocations
     (pair i: base's i-th and head's i-th; default: every invocation), each judged on every pair
     it has, and the full names of those they did not (not judged). ``confirming``: full name ->
-    the confirming pairs among its pairs (confirming_pairs)."""
+    the confirming pairs among its pairs (confirming_pairs), judged at ``confirm_confidence``
+    (judge_pairs)."""
     rows: list[ABRow] = []
     missing: list[str] = []
     need = len(measured["base"]) if pairs is None else pairs
@@ -474,7 +489,8 @@ def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: f
         rows.append(judge_pairs(name.split("::")[-1], [b for b, _, _ in both], [h for _, h, _ in both],
                                 threshold_pct, confidence, coarsest_pct, name, first_stage=need,
                                 confirmation_pairs=(confirming or {}).get(name, 0),
-                                round_ratios=by_rounds if None not in by_rounds else None))
+                                round_ratios=by_rounds if None not in by_rounds else None,
+                                confirm_confidence=confirm_confidence))
     return rows, missing
 
 
@@ -527,7 +543,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            invoke_both: InvokeInterleaved | None = None, head_axis: str | None = None,
            session_json: Path | None = None, max_pairs: int = 0, target_pct: float = 3.0,
            confirm_pairs: int = 0, workers: str = "forked", same_cpus: bool = False,
-           passes: bool = False, time_budget_s: float | None = None) -> ABResult:
+           passes: bool = False, time_budget_s: float | None = None,
+           confirm_confidence: float | None = None) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -540,7 +557,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     runs as many further pairs as that needs, up to ``max_pairs`` in all (Stein's two-stage rule,
     numabench.results.ab_verdict). ``confirm_pairs`` (rounds mode; 0: none): a worker run whose
     pairs judge an entry slower or faster runs that many fresh pairs more, and its entries are
-    judged on all of them. ``workers`` (rounds mode): "forked" from one server per side
+    judged on all of them at ``confirm_confidence`` (default: half the error of ``confidence``,
+    ab_verdict.confirmed_confidence). ``workers`` (rounds mode): "forked" from one server per side
     (``--numa-forkserver``), or "exec" (each a fresh interpreter). ``same_cpus`` (rounds mode): each
     rank of a family that steps on few threads runs on as many CPUs, the same for both sides of a
     pair (``--numa-ab-same-cpus``). ``passes`` (rounds mode): pair p of every worker run in a session
@@ -555,6 +573,11 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         raise UsageError(f"--pairs {pairs}: allowed 2 or more (an interval needs several pairs)")
     if not 0 < confidence < 1:
         raise UsageError(f"--confidence {confidence}: allowed a number between 0 and 1, e.g. 0.95")
+    if confirm_confidence is not None and not confidence <= confirm_confidence < 1:
+        raise UsageError(f"--confirm-confidence {confirm_confidence}: allowed a number from --confidence "
+                         f"({confidence:g}) up to 1, e.g. {ab_verdict.confirmed_confidence(confidence):g}")
+    confirm_confidence = ab_verdict.confirmed_confidence(confidence) if confirm_confidence is None \
+        else confirm_confidence
     if interleave not in INTERLEAVE:
         raise UsageError(f"--interleave {interleave}: allowed {', '.join(INTERLEAVE)}")
     if workers not in WORKERS:
@@ -646,13 +669,14 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                        coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave, when=when,
                        timings_s={k: round(v, 1) for k, v in timings.items()})
         res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, pairs,
-                                               measured.get("confirming"))
+                                               measured.get("confirming"), confirm_confidence)
         attach_cpus(res.rows, measured.get("cpus") or {})
         if max_pairs > pairs or time_budget_s is not None:
             res.max_pairs, res.target_pct = max_pairs, target_pct
         res.time_budget_s = time_budget_s
         if interleave == "rounds":
             res.confirm_pairs, res.workers, res.same_cpus, res.passes = confirm_pairs, workers, same_cpus, passes
+            res.confirm_confidence = confirm_confidence if confirm_pairs else None
         res.stopped_by = stopped_by
         res.mem_total_gib = mem_total if None not in mem_total else None
         res.missing += measured.get("failed", [])

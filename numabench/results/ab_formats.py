@@ -75,6 +75,18 @@ def headline(res: ABResult) -> str:
     return f"{what}: {status} ({', '.join(f'{n} {v}' for v, n in c.items())}); exit {res.exit_code}"
 
 
+def pct(confidence: float) -> str:
+    """0.95 -> '95%', 0.975 -> '97.5%'."""
+    return f"{round(confidence * 100, 2):g}%"
+
+
+def confidence_text(res: ABResult) -> str:
+    """The run's interval confidence, and the stricter one of entries with confirming pairs where it differs."""
+    if res.confirm_pairs and res.confirmed_confidence != res.confidence:
+        return f"{pct(res.confidence)} ({pct(res.confirmed_confidence)} with confirming pairs)"
+    return pct(res.confidence)
+
+
 def rule_line(res: ABResult) -> str:
     started = {"forked": ", forked from a server per side", "exec": ""}.get(res.workers, "")
     started += ", both sides of a pair on the same CPUs where a family steps on few threads" if res.same_cpus else ""
@@ -83,7 +95,7 @@ def rule_line(res: ABResult) -> str:
     how += ", pair p of every worker run in a session of its own (pass p)" if res.passes else ""
     return (f"{res.pairs} {how}; ratio head/base: geometric mean of the pair ratios (each pair's "
             f"{pair_ratio_text(res)}), "
-            f"{res.confidence:.0%} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
+            f"{pct(res.confidence)} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
             f"{res.threshold_pct:g}%; unresolved where the interval's relative half-width (the resolution) is "
             f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured"
             + (f"; a worker run whose first pairs were too spread to reach a resolution of {res.target_pct:g}% took "
@@ -96,7 +108,8 @@ def rule_line(res: ABResult) -> str:
             + (f"; a worker run whose pairs judged an entry slower or faster took {res.confirm_pairs} confirming "
                f"pairs of fresh workers{' from fresh servers' if res.workers == 'forked' else ''}"
                f"{' (passes of their own)' if res.passes else ''}, its entries "
-               "judged on all their pairs" if res.confirm_pairs else ""))
+               f"judged on all their pairs at {pct(res.confirmed_confidence)} (the first pairs, chosen because they "
+               "looked changed, are among them)" if res.confirm_pairs else ""))
 
 
 def pair_ratio_text(res: ABResult) -> str:
@@ -133,7 +146,7 @@ def summary_lines(res: ABResult) -> list[str]:
                      f"(head), measuring {t['measuring']:.0f} s")
     if c[SLOWER]:
         lines.append(f"REGRESSION: {c[SLOWER]} entries slower by more than {res.threshold_pct:g}% "
-                     f"with {res.confidence:.0%} confidence")
+                     f"with {confidence_text(res)} confidence")
     return lines
 
 
@@ -199,7 +212,7 @@ def render_markdown(res: ABResult) -> str:
 
 
 def _describe(r: ABRow, res: ABResult) -> str:
-    return (f"{r.name}: head/base {r.ratio:.4f}, {res.confidence:.0%} interval {r.low:.4f}-{r.high:.4f}, "
+    return (f"{r.name}: head/base {r.ratio:.4f}, {pct(res.row_confidence(r))} interval {r.low:.4f}-{r.high:.4f}, "
             f"resolution {_res(r.resolution_pct)}% ({len(r.base_s)} pairs; base {_side(res.base)}, head {_side(res.head)})")
 
 
@@ -233,7 +246,8 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "coarsest_pct": res.coarsest_pct, "interval": INTERVAL, "pair_ratio": res.pair_ratio, "counts": counts(res),
         "regressions": len(res.regressions), "exit_code": res.exit_code, "missing": list(res.missing),
         "timings_s": dict(res.timings_s), "max_pairs": res.max_pairs, "target_resolution_pct": res.target_pct,
-        "confirm_pairs": res.confirm_pairs, "workers": res.workers, "same_cpus": res.same_cpus, "passes": res.passes,
+        "confirm_pairs": res.confirm_pairs,
+        "confirm_confidence": res.confirm_confidence, "workers": res.workers, "same_cpus": res.same_cpus, "passes": res.passes,
         "time_budget_s": res.time_budget_s,
         "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None,
         "mem_total_gib": list(res.mem_total_gib) if res.mem_total_gib else None,
@@ -320,7 +334,10 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        time_budget_s=None if data.get("time_budget_s") is None else float(data["time_budget_s"]),
                        stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None,
                        mem_total_gib=_mem_total(data.get("mem_total_gib")),
-                       rejudged_from=str(data["rejudged_from"]) if data.get("rejudged_from") else None)
+                       rejudged_from=str(data["rejudged_from"]) if data.get("rejudged_from") else None,
+                       # saved before it existed: confirmed entries judged at the run's confidence
+                       confirm_confidence=None if data.get("confirm_confidence") is None
+                       else float(data["confirm_confidence"]))
         for e in data["entries"]:
             low, high = e["interval"]
             numbers = [e["ratio"], low, high, *e["base_medians_s"], *e["head_medians_s"]]

@@ -15,7 +15,7 @@ from numabench.errors import UsageError
 from numabench.results.ab import ABResult, Side, judge_measured
 from numabench.results.ab_formats import RUN_KEY, recorded_run
 from numabench.results.ab_session import AB_BASE_KEY, confirming_pairs, interleaved_medians
-from numabench.results.ab_verdict import MIN_PAIRS, PAIR_RATIOS
+from numabench.results.ab_verdict import MIN_PAIRS, PAIR_RATIOS, confirmed_confidence
 
 
 def recorded_pairs(measured: dict[str, list[dict[str, float]]], confirming: dict[str, int]) -> int:
@@ -41,11 +41,17 @@ def _sides(run: dict[str, Any]) -> tuple[Side, Side]:
 
 
 def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None, threshold_pct: float = 1.0,
-            confidence: float = 0.95, coarsest_pct: float = 10.0, pair_ratio: str = "rounds") -> ABResult:
+            confidence: float = 0.95, coarsest_pct: float = 10.0, pair_ratio: str = "rounds",
+            confirm_confidence: float | None = None) -> ABResult:
     """The verdicts of a kept session (``run``: its JSON, read from ``source``): on every pair
     each entry has, its confirming pairs as they ran (``pairs`` None), or on its first ``pairs``
     pairs alone (confirming pairs not told apart); each pair's ratio ``pair_ratio``: "rounds"
-    (round by round, where both sides' rounds are kept) or "medians"."""
+    (round by round, where both sides' rounds are kept) or "medians". Entries with confirming pairs
+    are judged at ``confirm_confidence`` (default: ab_verdict.confirmed_confidence of ``confidence``)."""
+    if confirm_confidence is not None and not confidence <= confirm_confidence < 1:
+        raise UsageError(f"--confirm-confidence {confirm_confidence}: allowed a number from --confidence "
+                         f"({confidence:g}) up to 1, e.g. {confirmed_confidence(confidence):g}")
+    confirm_confidence = confirmed_confidence(confidence) if confirm_confidence is None else confirm_confidence
     if pair_ratio not in PAIR_RATIOS:
         raise UsageError(f"--pair-ratio {pair_ratio}: allowed {', '.join(PAIR_RATIOS)}")
     if not any(((b.get("extra_info") or {}).get(AB_BASE_KEY)) for b in run.get("benchmarks") or []):
@@ -74,8 +80,10 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None, thres
         res = dataclasses.replace(ran, pairs=first, threshold_pct=threshold_pct, confidence=confidence,
                                   coarsest_pct=coarsest_pct, interleave="rounds", timings_s={}, stopped_by=None,
                                   rejudged_from=source)
-    res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, first, confirming)
+    res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, first, confirming,
+                                           confirm_confidence)
     res.confirm_pairs = max(confirming.values(), default=0)
+    res.confirm_confidence = confirm_confidence if res.confirm_pairs else None
     keys = {(b.get("extra_info") or {}).get("hardware_key") for b in run.get("benchmarks") or []} - {None}
     res.hardware_key = keys.pop() if len(keys) == 1 else None
     return res

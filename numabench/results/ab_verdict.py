@@ -43,6 +43,13 @@ Its width was fixed before the further pairs ran, so how many ran says nothing a
 mean lies: its coverage is the confidence it claims. Stopping instead as soon as the running
 interval is narrow enough stops on pairs that happen to agree, and on synthetic A/A pairs
 judged slower or faster 7.7% of runs at 95% (tests/test_ab_further_pairs.py).
+
+An entry whose worker run took confirming pairs (its first pairs judged a change) is judged on
+all its pairs at a stricter confidence, ``confirmed_confidence``: half the error of the first
+verdict's. The first pairs are among those judged, and they were chosen because they looked
+changed, so an interval at the first confidence over all of them is too ready to agree: on the
+`ci` tier's entries (their noise from two A/As on H200 x1) about 5% of A/A runs judge some entry
+slower that way, 3% at the halved error (tests/test_ab_confirm.py, docs/GATE.md).
 """
 from __future__ import annotations
 
@@ -141,6 +148,14 @@ class Judgement:
     high: float
     resolution_pct: float | None  # relative half-width of the interval; None: fewer than 2 pairs
     verdict: str
+
+
+def confirmed_confidence(confidence: float) -> float:
+    """The confidence at which an entry with confirming pairs is judged on all its pairs: half the
+    error of ``confidence`` (0.975 for 0.95; module docstring)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence {confidence}: allowed a number between 0 and 1")
+    return 1 - (1 - confidence) / 2
 
 
 def pair_ratios(base_s: Sequence[float], head_s: Sequence[float]) -> list[float]:
