@@ -192,6 +192,17 @@ def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: in
     return math.exp(lo), math.exp(hi)
 
 
+def confirm_confidence_of(confidence: float, given: float | None) -> float:
+    """``--confirm-confidence`` checked against ``--confidence``; None: half the error of ``confidence``
+    (ab_verdict.confirmed_confidence). UsageError naming the bad value."""
+    if given is None:
+        return ab_verdict.confirmed_confidence(confidence)
+    if not confidence <= given < 1:
+        raise UsageError(f"--confirm-confidence {given}: allowed a number from --confidence ({confidence:g}) up "
+                         f"to 1, e.g. {ab_verdict.confirmed_confidence(confidence):g}")
+    return given
+
+
 def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float,
                 confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT, fullname: str = "",
                 first_stage: int | None = None, confirmation_pairs: int = 0,
@@ -573,11 +584,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         raise UsageError(f"--pairs {pairs}: allowed 2 or more (an interval needs several pairs)")
     if not 0 < confidence < 1:
         raise UsageError(f"--confidence {confidence}: allowed a number between 0 and 1, e.g. 0.95")
-    if confirm_confidence is not None and not confidence <= confirm_confidence < 1:
-        raise UsageError(f"--confirm-confidence {confirm_confidence}: allowed a number from --confidence "
-                         f"({confidence:g}) up to 1, e.g. {ab_verdict.confirmed_confidence(confidence):g}")
-    confirm_confidence = ab_verdict.confirmed_confidence(confidence) if confirm_confidence is None \
-        else confirm_confidence
+    confirm_confidence = confirm_confidence_of(confidence, confirm_confidence)
     if interleave not in INTERLEAVE:
         raise UsageError(f"--interleave {interleave}: allowed {', '.join(INTERLEAVE)}")
     if workers not in WORKERS:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from numabench.errors import UsageError
-from numabench.results.ab import ABResult, Side, judge_measured
+from numabench.results.ab import ABResult, Side, confirm_confidence_of, judge_measured
 from numabench.results.ab_formats import RUN_KEY, recorded_run
 from numabench.results.ab_session import AB_BASE_KEY, confirming_pairs, interleaved_medians
-from numabench.results.ab_verdict import MIN_PAIRS, PAIR_RATIOS, confirmed_confidence
+from numabench.results.ab_verdict import MIN_PAIRS, PAIR_RATIOS
 
 
 def recorded_pairs(measured: dict[str, list[dict[str, float]]], confirming: dict[str, int]) -> int:
@@ -48,10 +48,7 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None, thres
     pairs alone (confirming pairs not told apart); each pair's ratio ``pair_ratio``: "rounds"
     (round by round, where both sides' rounds are kept) or "medians". Entries with confirming pairs
     are judged at ``confirm_confidence`` (default: ab_verdict.confirmed_confidence of ``confidence``)."""
-    if confirm_confidence is not None and not confidence <= confirm_confidence < 1:
-        raise UsageError(f"--confirm-confidence {confirm_confidence}: allowed a number from --confidence "
-                         f"({confidence:g}) up to 1, e.g. {confirmed_confidence(confidence):g}")
-    confirm_confidence = confirmed_confidence(confidence) if confirm_confidence is None else confirm_confidence
+    confirm_confidence = confirm_confidence_of(confidence, confirm_confidence)
     if pair_ratio not in PAIR_RATIOS:
         raise UsageError(f"--pair-ratio {pair_ratio}: allowed {', '.join(PAIR_RATIOS)}")
     if not any(((b.get("extra_info") or {}).get(AB_BASE_KEY)) for b in run.get("benchmarks") or []):
