@@ -211,7 +211,8 @@ def test_ci_test_runs_the_guest_tests_as_required_in_ci(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "guest-setup: done" in out.stdout
     pytest_calls = [c for c in box.calls_log() if "pytest" in c]
-    assert pytest_calls[-2:] == ["venv-python -m pytest tests/guest -m guest -p no:cacheprovider -q",
+    assert pytest_calls[-2:] == ["venv-python -m pytest tests/guest -m guest -n 2 --dist loadgroup -p no:cacheprovider "
+                                 "--durations=10 -q",
                                  "pytest NUMABENCH_GUEST_REQUIRED=1"], pytest_calls
     # elsewhere: no guest set-up, no guest run
     box.calls.unlink()
@@ -230,11 +231,13 @@ def _guest_test_count() -> int:
     return count
 
 
+@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2", "--dist", "loadgroup"]],
+                         ids=["one-process", "xdist"])  # .ci/test runs them on two xdist workers
 @pytest.mark.parametrize("required", ["", "1"])
-def test_a_required_guest_run_that_skips_fails(tmp_path, required):
+def test_a_required_guest_run_that_skips_fails(tmp_path, required, workers):
     env = {**os.environ, "NUMABENCH_GUEST_CACHE": str(tmp_path / "empty-cache"), "NUMABENCH_GUEST_REQUIRED": required}
     out = subprocess.run([sys.executable, "-m", "pytest", "tests/guest", "-m", "guest", "-p", "no:cacheprovider",
-                          "-q", "-p", "no:xdist"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          "-q", *workers], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
                          check=False)
     guest_tests = _guest_test_count()
     assert f"{guest_tests} skipped" in out.stdout, out.stdout[-3000:]

@@ -12,6 +12,17 @@ _counts = {"passed": 0, "skipped": 0}
 _reasons: list[str] = []
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each boot's tests in one xdist group: .ci/test runs them on two workers (--dist loadgroup),
+    so a module-scoped boot runs once, on one worker, while another boots beside it (one TCG guest
+    leaves about a third of two cores idle)."""
+    for item in items:
+        boots = sorted(f for f in getattr(item, "fixturenames", ()) if f.startswith("guest6"))
+        if boots:
+            item.add_marker(pytest.mark.xdist_group(boots[0]))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if "guest" not in report.keywords:
         return

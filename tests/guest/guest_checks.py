@@ -23,6 +23,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+# A worker's set-up and a fork server's start import torch: 2-3 minutes under TCG with a second
+# guest beside this one, past the default 120 s (read when numabench.workers is imported, below).
+os.environ.setdefault("NUMABENCH_SETUP_TIMEOUT_MIN_S", "600")
 
 from numabench.cases import Case  # noqa: E402
 from numabench.errors import (
@@ -43,7 +46,12 @@ from numabench.numa.weights import (
 )
 from numabench.workers.run import run_case  # noqa: E402
 
-NUMEL = 64 * 2**20  # fp32 elements: a 256 MiB buffer (THP moves splits in 2 MiB steps)
+# fp32 elements: a 64 MiB buffer. Splits come to the 4 KiB page here; were THP to place it, 32
+# pages of 2 MiB over three nodes still fall within 1.1 pp of each policy's split. (256 MiB took
+# 8 s more a case under TCG.)
+NUMEL = 16 * 2**20
+# The touch family's size in the benchmark runs below (its full tier's is 67.1M): as NUMEL.
+TOUCH_SIZE = ["--param-sizes", str(NUMEL)]
 POLICIES = ["bind:1", "preferred:2", "preferred-many:0,2", "interleave:0,1,2", "weighted:0=1,2=3",
             "weighted:0=1,1=1,2=2"]
 # A deliberately wrong promise for each policy: the check must reject the real placement.
@@ -221,9 +229,13 @@ def check_weights() -> dict:
 
 def _pytest(args: list[str], name: str) -> dict:
     xml = Path("/tmp") / f"guest-{name}.xml"
-    cmd = [sys.executable, "-m", "pytest", *args, "-v", "-p", "no:cacheprovider", f"--junitxml={xml}"]
+    # Only the plugin the suite needs (pytest-benchmark; numabench's own come from conftest.py):
+    # each auto-loaded one costs seconds of imports under TCG.
+    cmd = [sys.executable, "-m", "pytest", "-p", "pytest_benchmark.plugin", *args, "-v", "-p", "no:cacheprovider",
+           f"--junitxml={xml}"]
     t0 = time.monotonic()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=REPO,
+                         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     seconds = round(time.monotonic() - t0, 1)
     tests = []
     if xml.exists():
@@ -243,13 +255,16 @@ def _pytest(args: list[str], name: str) -> dict:
 
 
 ROUNDS = ["--numa-rounds", "2", "--numa-warmup", "0"]
+# The touch family's module alone: collecting every family's full tier to deselect all but touch
+# took 110 s under TCG, this module 40 s.
+TOUCH = "benchmarks/test_touch.py"
 
 
 def check_pytest_weighted() -> dict:
     # torch is importable in the guest (the host's site-packages are shared), but under TCG only
     # the torch-free touch family is fast enough: select its weighted cases (the full tier: every
     # policy template, skipped where the kernel lacks it).
-    return _pytest(["benchmarks", "--numa-tier=full", "-k", "touch and weighted", *ROUNDS], "pytest-weighted")
+    return _pytest([TOUCH, "--numa-tier=full", "-k", "weighted", *TOUCH_SIZE, *ROUNDS], "pytest-weighted")
 
 
 def check_pytest_forked() -> dict:
@@ -257,7 +272,7 @@ def check_pytest_forked() -> dict:
     nodes: the policy numactl or the built-in launcher gave the stand-in is the one the worker's
     pages land by (each case's placement check). The server imports torch once (slow under TCG)."""
     runs = Path("/tmp") / "guest-pytest-forked.json"
-    out = _pytest(["benchmarks", "--numa-tier=full", "-k", "touch", "--numa-forkserver", *ROUNDS,
+    out = _pytest([TOUCH, "--numa-tier=full", "--numa-forkserver", *TOUCH_SIZE, *ROUNDS,
                    f"--benchmark-json={runs}"], "pytest-forked")
     entries = json.loads(runs.read_text())["benchmarks"] if runs.exists() else []
     out["launchers"] = {e["extra_info"]["policy"]: e["extra_info"]["launcher"] for e in entries}
@@ -265,16 +280,16 @@ def check_pytest_forked() -> dict:
 
 
 def check_pytest_all() -> dict:
-    return _pytest(["benchmarks", "--numa-tier=full", "-k", "touch", *ROUNDS], "pytest-all")
+    return _pytest([TOUCH, "--numa-tier=full", *TOUCH_SIZE, *ROUNDS], "pytest-all")
 
 
 def check_advise() -> dict:
     """The advisor's plumbing on a multi-node kernel: touch bound to each node and weighted
     between them, then numabench advise on the run (under TCG the times mean nothing)."""
     out_json = Path("/tmp/guest-advise.json")
-    run = _pytest(["benchmarks", "--numa-tier=full", "-k", "touch", "--numa-policies",
-                   "bind:0;bind:1;weighted:0=1,1=1;weighted:0=3,1=1", f"--benchmark-json={out_json}", *ROUNDS],
-                  "advise-run")
+    run = _pytest([TOUCH, "--numa-tier=full", "--numa-policies",
+                   "bind:0;bind:1;weighted:0=1,1=1;weighted:0=3,1=1", f"--benchmark-json={out_json}", *TOUCH_SIZE,
+                   *ROUNDS], "advise-run")
     adv = subprocess.run([sys.executable, "-m", "numabench", "advise", str(out_json)], capture_output=True, text=True,
                          timeout=300, cwd=REPO)
     log(f"advise: rc={adv.returncode}; {adv.stdout.strip().splitlines()[-1] if adv.stdout.strip() else adv.stderr[-300:]}")
@@ -375,8 +390,7 @@ def _place_adam_offload_host(plan: dict, topo) -> dict:
 
 def check_place() -> dict:
     """The place axis on three nodes: adam_offload's host state in this process (per-kind, a kind
-    left to the process policy, a DRAM budget), cpu_adam through pytest (its workers, the parent's
-    checks, the entries), train_step's streamed mode through the runner."""
+    left to the process policy, a DRAM budget), train_step's streamed mode through the runner."""
     topo, caps = _machine()
     out: dict = {"adam_offload_host": []}
     for plan in PLACE_PLANS:
@@ -389,18 +403,6 @@ def check_place() -> dict:
         out["adam_offload_host"].append(row)
         log(f"place adam_offload host {plan['place']} (process {plan['process']}): ok={row.get('ok')} "
             f"{[(k['kind'], k['policy'], k['bytes_by_node']) for k in row.get('kinds', [])]} ({row['seconds']}s)")
-    json_path = Path("/tmp/guest-place-cpu_adam.json")
-    run = _pytest(["benchmarks/test_cpu_adam.py", "--numa-policies", "bind:0", "--param-sizes", "2097152",
-                   "--numa-axis", "impl=torch-fused+copy", "--numa-axis", "place=" + ";".join(PLACE_CPU_ADAM),
-                   f"--benchmark-json={json_path}", *ROUNDS], "place-cpu_adam")
-    out["cpu_adam"] = {k: run[k] for k in ("rc", "tests", "stdout_tail", "seconds")}
-    out["cpu_adam"]["entries"] = []
-    if json_path.exists():
-        for b in json.loads(json_path.read_text())["benchmarks"]:
-            x = b["extra_info"]
-            out["cpu_adam"]["entries"].append({"name": b["name"], "place": x.get("place"),
-                                               "placement": x.get("placement"),
-                                               "node_memory_per_rank": x.get("node_memory_per_rank")})
     t0 = time.monotonic()
     try:
         case = Case("train_step", 1, 2, Policy.parse("bind:0"), "fp32",
@@ -413,6 +415,22 @@ def check_place() -> dict:
     out["train_step"]["seconds"] = round(time.monotonic() - t0, 1)
     log(f"place train_step streamed {PLACE_STREAMED}: {out['train_step'].get('error') or 'ran'} "
         f"({out['train_step']['seconds']}s)")
+    return out
+
+
+def check_place_cpu_adam() -> dict:
+    """The place axis through pytest: cpu_adam's workers, the parent's checks, the entries."""
+    json_path = Path("/tmp/guest-place-cpu_adam.json")
+    run = _pytest(["benchmarks/test_cpu_adam.py", "--numa-policies", "bind:0", "--param-sizes", "2097152",
+                   "--numa-axis", "impl=torch-fused+copy", "--numa-axis", "place=" + ";".join(PLACE_CPU_ADAM),
+                   f"--benchmark-json={json_path}", *ROUNDS], "place-cpu_adam")
+    out = {k: run[k] for k in ("rc", "tests", "stdout_tail", "seconds")}
+    out["entries"] = []
+    if json_path.exists():
+        for b in json.loads(json_path.read_text())["benchmarks"]:
+            x = b["extra_info"]
+            out["entries"].append({"name": b["name"], "place": x.get("place"), "placement": x.get("placement"),
+                                   "node_memory_per_rank": x.get("node_memory_per_rank")})
     return out
 
 
@@ -483,6 +501,7 @@ def check_touch_threads() -> dict:
 CHECKS = {
     "advise": check_advise,
     "place": check_place,
+    "place-cpu_adam": check_place_cpu_adam,
     "cpu-bind": check_cpu_bind,
     "touch-threads": check_touch_threads,
     "topo": check_topo,

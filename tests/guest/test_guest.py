@@ -5,7 +5,7 @@ expander), distances 0-1 21, 0-2 14, 1-2 24. Booted by .ci/guest/run-in-guest
 (virtme-ng) with Debian's 6.12 kernel (weighted interleave) and 6.1 (none).
 Each boot runs tests/guest/guest_checks.py, which prints one JSON result; the
 tests here judge it. Besides the checks' boots, one boots the exit code's test and one
-the boot-again test's.
+the boot-again test's. .ci/test runs two boots at a time (conftest.py groups each boot's tests).
 
 Prepare once with ``bash .ci/guest/setup``; run with ``.venv/bin/python -m pytest tests/guest -m guest``.
 Without ``-m guest`` (a plain ``pytest tests``) these are skipped, saying so. With
@@ -30,7 +30,8 @@ RUN_IN_GUEST = REPO / ".ci" / "guest" / "run-in-guest"
 CACHE = Path(os.environ.get("NUMABENCH_GUEST_CACHE", REPO / ".guest-cache"))
 # virtme-ng is installed into the project's venv (.ci/guest/setup); run-in-guest looks there too.
 VENV_BIN = (REPO / os.environ.get("NUMABENCH_VENV", ".venv")) / "bin"
-BOOT_TIMEOUT_S = 900
+# A boot's limit: the longest took 460 s with a second guest beside it on a slow 2-core runner.
+BOOT_TIMEOUT_S = 1200
 TOLERANCE_PP = 2.0
 DISTANCES = {(0, 1): 21, (0, 2): 14, (1, 2): 24}
 POLICIES = ["bind:1", "preferred:2", "preferred-many:0,2", "interleave:0,1,2", "weighted:0=1,2=3",
@@ -94,8 +95,8 @@ def guest_checks(kernel: str, *checks: str) -> dict:
     return result
 
 
-# Two boots of 6.12, each under BOOT_TIMEOUT_S: all eight checks in one boot took ~830 s of a
-# loaded 2-core runner (TCG shares its cores with whatever runs beside it) and ran past 900 s.
+# The 6.12 checks in several boots, each under BOOT_TIMEOUT_S: eight checks in one boot took ~830 s of
+# a loaded 2-core runner (TCG shares its cores with whatever runs beside it).
 @pytest.fixture(scope="module")
 def guest612() -> dict:
     return guest_checks("6.12", "topo", "placement", "weights", "pytest-weighted")
@@ -103,7 +104,19 @@ def guest612() -> dict:
 
 @pytest.fixture(scope="module")
 def guest612_place() -> dict:
-    return guest_checks("6.12", "advise", "cpu-bind", "touch-threads", "place")
+    return guest_checks("6.12", "advise", "cpu-bind", "touch-threads")
+
+
+# The place axis in two boots of its own: their processes import torch (minutes each under TCG);
+# with the three checks above they ran past 900 s in one boot on a slow runner.
+@pytest.fixture(scope="module")
+def guest612_kinds() -> dict:
+    return guest_checks("6.12", "place")
+
+
+@pytest.fixture(scope="module")
+def guest612_cpu_adam() -> dict:
+    return guest_checks("6.12", "place-cpu_adam")
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +222,7 @@ def test_placement(guest612, policy, launcher):
         assert row["command"][0] == str(CACHE / "numactl" / "bin" / "numactl"), row["command"]
     else:
         assert row["command"][1:3] == ["-m", "numabench.numa.launch"], row["command"]
-    assert row["bytes"] >= 256 * 2**20 and row["untouched"] == 0, row
+    assert row["bytes"] >= 64 * 2**20 and row["untouched"] == 0, row  # guest_checks.NUMEL fp32
     assert row["ok"] and row["deviation_pp"] <= TOLERANCE_PP, row["message"]
     # numa_maps (the other counter) agrees with move_pages
     for node, pct in row["percent"].items():
@@ -333,9 +346,9 @@ MiB = 2**20
 PAGE = 4096
 
 
-def _host_row(guest612_place, place: str) -> dict:
-    rows = [r for r in guest612_place["place"]["adam_offload_host"] if r["place"] == place]
-    assert len(rows) == 1, guest612_place["place"]["adam_offload_host"]
+def _host_row(guest612_kinds, place: str) -> dict:
+    rows = [r for r in guest612_kinds["place"]["adam_offload_host"] if r["place"] == place]
+    assert len(rows) == 1, guest612_kinds["place"]["adam_offload_host"]
     assert "error" not in rows[0], rows[0].get("traceback", rows[0]["error"])
     return rows[0]
 
@@ -344,10 +357,10 @@ def _every_page_on(segment: dict, node: int) -> None:
     assert segment["pages_by_node"] == {str(node): segment["bytes"] // PAGE}, segment
 
 
-def test_place_three_kinds_on_three_nodes_one_cpuless(guest612_place):
+def test_place_three_kinds_on_three_nodes_one_cpuless(guest612_kinds):
     """adam_offload's host state (its worker's own allocation, GPU parts skipped): master weights on
     node 0, gradients on node 1, both moments on CPU-less node 2, page by page."""
-    row = _host_row(guest612_place, "master:bind:0+grads:bind:1+moments:bind:2")
+    row = _host_row(guest612_kinds, "master:bind:0+grads:bind:1+moments:bind:2")
     want = {"param": 0, "grad": 1, "exp_avg": 2, "exp_avg_sq": 2}
     assert sorted(s["buffer"] for s in row["segments"]) == sorted(want)
     for seg in row["segments"]:
@@ -357,8 +370,8 @@ def test_place_three_kinds_on_three_nodes_one_cpuless(guest612_place):
     assert row["wrong_ok"] is False  # the same pages judged against another placement fail
 
 
-def test_place_kinds_left_out_follow_the_process_policy(guest612_place):
-    row = _host_row(guest612_place, "moments:bind:2")  # the process under bind:1
+def test_place_kinds_left_out_follow_the_process_policy(guest612_kinds):
+    row = _host_row(guest612_kinds, "moments:bind:2")  # the process under bind:1
     for seg in row["segments"]:
         _every_page_on(seg, 2 if seg["buffer"].startswith("exp_avg") else 1)
     assert {(k["kind"], k["policy"]) for k in row["kinds"]} == {("master", "process"), ("grads", "process"),
@@ -380,11 +393,11 @@ def _planned_slow(key: str, numel: int, budget: str) -> tuple[int, int]:
     return sum(s.fast_bytes for s in split), sum(s.slow_bytes for s in split)
 
 
-def test_place_budget_spills_exactly_the_planned_bytes(guest612_place):
+def test_place_budget_spills_exactly_the_planned_bytes(guest612_kinds):
     """40 MiB of node 0 for adam_offload's 64 MiB: master and 24 MiB of the moments there, the other
     8 MiB of the moments and the gradients on node 2, to the page; checked against the split
     computed here, page by page."""
-    row = _host_row(guest612_place, "budget:40M:0:2")
+    row = _host_row(guest612_kinds, "budget:40M:0:2")
     fast, slow = _planned_slow("adam_offload", 4 * 2**20, "budget:40M:0:2")
     assert (fast, slow) == (40 * MiB, 24 * MiB)
     on = {0: 0, 2: 0}
@@ -398,8 +411,8 @@ def test_place_budget_spills_exactly_the_planned_bytes(guest612_place):
     assert row["ok"] and row["wrong_ok"] is False
 
 
-def _cpu_adam_entry(guest612_place, place: str) -> dict:
-    r = guest612_place["place"]["cpu_adam"]
+def _cpu_adam_entry(guest612_cpu_adam, place: str) -> dict:
+    r = guest612_cpu_adam["place-cpu_adam"]
     assert r["rc"] == 0, r["stdout_tail"]
     found = [e for e in r["entries"] if e["place"] == place]
     assert len(found) == 1, [e["name"] for e in r["entries"]]
@@ -407,10 +420,10 @@ def _cpu_adam_entry(guest612_place, place: str) -> dict:
     return found[0]
 
 
-def test_place_cpu_adam_runs_each_kind_where_it_says(guest612_place):
+def test_place_cpu_adam_runs_each_kind_where_it_says(guest612_cpu_adam):
     """Through pytest: cpu_adam's worker placed four kinds over the three nodes, the parent judged each
     before timing, and the entry carries the kinds and the rank's memory per node."""
-    e = _cpu_adam_entry(guest612_place, "master:bind:1+grads:bind:2+moments:bind:0+weights:bind:2")
+    e = _cpu_adam_entry(guest612_cpu_adam, "master:bind:1+grads:bind:2+moments:bind:0+weights:bind:2")
     [rank] = e["placement"]
     got = {k["kind"]: (k["policy"], k["bytes_by_node"]) for k in rank["kinds"]}
     assert got == {"master": ("bind:1", {"1": 8 * MiB}), "grads": ("bind:2", {"2": 8 * MiB}),
@@ -420,8 +433,8 @@ def test_place_cpu_adam_runs_each_kind_where_it_says(guest612_place):
     assert mem["private"]["2"] >= 12 * MiB and mem["private"]["1"] >= 8 * MiB, mem  # numastat sees them there
 
 
-def test_place_cpu_adam_budget_spills_exactly_the_planned_bytes(guest612_place):
-    e = _cpu_adam_entry(guest612_place, "budget:20M:0:2")
+def test_place_cpu_adam_budget_spills_exactly_the_planned_bytes(guest612_cpu_adam):
+    e = _cpu_adam_entry(guest612_cpu_adam, "budget:20M:0:2")
     fast, slow = _planned_slow("cpu_adam", 2 * 2**20, "budget:20M:0:2")
     assert (fast, slow) == (20 * MiB, 16 * MiB)
     [rank] = e["placement"]
@@ -432,8 +445,8 @@ def test_place_cpu_adam_budget_spills_exactly_the_planned_bytes(guest612_place):
     assert on == {"bind:0": fast, "bind:2": slow}
 
 
-def test_place_train_step_streamed_master_on_the_cpuless_node(guest612_place):
-    r = guest612_place["place"]["train_step"]
+def test_place_train_step_streamed_master_on_the_cpuless_node(guest612_kinds):
+    r = guest612_kinds["place"]["train_step"]
     assert "error" not in r, r["error"]
     [rank] = r["placement"]
     got = {k["kind"]: (k["policy"], list(k["bytes_by_node"])) for k in rank["kinds"]}
