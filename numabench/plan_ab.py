@@ -18,8 +18,8 @@ Workers forked from a server per side (numabench ab's default, ``--numa-forkserv
 plan's runs hold no worker imports, each side's server imports once (``server_s``), and both
 sides' set-ups, which run at once, count once: on a fresh H100 x1 VM (16 CPUs) a forked pair's
 fixed cost was about a plain run's less its imports (adam_offload 67.9M 3.5 s against 2.5,
-transfer 268M 8.6 against 9.8, train_step 8.2 against 9.5), and three A/As of the ``ci`` tier's
-parts came within 8% of this sum (docs/GATE.md). Exec'd workers (``--workers exec``) count
+transfer 268M 8.6 against 9.8, train_step 8.2 against 9.5), and the ``ci`` tier's A/As on fresh
+H200 x1 VMs came within 8% of this sum (docs/GATE.md). Exec'd workers (``--workers exec``) count
 each run's fixed cost twice: each side's interpreter imports torch at the same time as the
 other's, and pairs measured 1.2-3.4x a plain run's fixed cost (train_step DDP 19.0 s against
 9.5 s; adam_offload 17.5-19.9 against 5.1-5.8 with its check); the A/Bs came within 18%.

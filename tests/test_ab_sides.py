@@ -196,7 +196,10 @@ def test_every_family_but_the_multi_gpu_one_takes_an_injected_slowdown():
 
 
 @pytest.mark.parametrize("bench, args", [
-    ("test_dataloader.py", ["--param-sizes=32", "--dtypes=fp32", "--nprocess=1"]),
+    # small images, 2 batches a round: the head's padded phase waits 20x its work (a 224 px round
+    # made this test 473 s of a loaded 2-core runner, 76 s so)
+    ("test_dataloader.py", ["--param-sizes=32", "--dtypes=fp32", "--nprocess=1", "--numa-axis=image_px=64",
+                            "--numa-axis=loader_batches=2"]),
     ("test_train_step.py", ["--numa-axis=mode=ddp", "--numa-axis=model=tiny", "--param-sizes=32", "--dtypes=fp32",
                             "--nprocess=1"]),
 ], ids=["dataloader", "train_step"])

@@ -36,12 +36,17 @@ def _unavailable(reason: str):
 
 
 @pytest.fixture(scope="session")
-def pg_server():
+def have_psycopg() -> None:
+    """psycopg importable, else the test skips (fails under CI=true) saying how to get it."""
     try:
         import psycopg  # noqa: F401
     except ImportError:
         _unavailable("psycopg is not installed in the venv (pip install 'numabench[fleet-postgres]', "
                      "or bash .ci/fleet-setup)")
+
+
+@pytest.fixture(scope="session")
+def pg_server(have_psycopg):
     bindir = pgserver.find_bindir()
     if bindir is None:
         _unavailable("no PostgreSQL server binaries (initdb, postgres) via NUMABENCH_PG_BINDIR, pg_config or "
@@ -260,7 +265,7 @@ fleet_pg._split_entry = slow
     assert _count(db_url, "numabench_entries") == 30
 
 
-def test_server_down_is_one_clear_line(tmp_path, monkeypatch):
+def test_server_down_is_one_clear_line(have_psycopg, tmp_path, monkeypatch):
     monkeypatch.setenv("PGPASSWORD", "s3cret-pw")
     run = _run("K", "r", "2026-11-20T10:00:00+00:00", {"t[a]": 1.0})
     (tmp_path / "run.json").write_text(json.dumps(run))
