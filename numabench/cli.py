@@ -295,8 +295,8 @@ def _compare(ns: argparse.Namespace) -> int:
 
 def cmd_ab(ns: argparse.Namespace) -> int:
     from numabench.gate.rule import parse_positive_pct, parse_threshold
-    from numabench.results.ab import parse_env, run_ab
-    from numabench.results.ab_formats import add_run_record, from_json, render_as, to_json
+    from numabench.ab.run import parse_env, run_ab
+    from numabench.ab.formats import add_run_record, from_json, render_as, to_json
 
     if ns.show is not None:  # a saved A/B run, rendered again: nothing measured
         if ns.rejudge is not None:
@@ -361,8 +361,8 @@ def cmd_ab(ns: argparse.Namespace) -> int:
 def rejudge_session(ns: argparse.Namespace, coarsest: float) -> int:
     """numabench ab --rejudge SESSION: a kept session's verdicts again, nothing measured."""
     from numabench.gate.rule import parse_threshold
-    from numabench.results.ab_formats import render_as, to_json
-    from numabench.results.ab_rejudge import rejudge
+    from numabench.ab.formats import render_as, to_json
+    from numabench.ab.rejudge import rejudge
 
     measuring = [o for o, given in (("BASE", ns.base is not None), ("pytest arguments", bool(ns.pytest_args)),
                                     ("--session-json", ns.session_json), ("--base-env", ns.base_env),
@@ -478,7 +478,7 @@ def cmd_plan(ns: argparse.Namespace) -> int:
             return out.returncode or 1
         print("\n".join(lines))
         if pairs:
-            from numabench.plan_ab import ab_estimate, build_kernels
+            from numabench.ab.plan import ab_estimate, build_kernels
 
             print(ab_estimate(json.loads(figures.read_text()), pairs, session_s, build_kernels(),
                               rewarm=rewarm, max_pairs=most, passes=ns.ab_passes).summary())

@@ -109,7 +109,7 @@ class Plan:
     forked: bool = False  # --numa-forkserver: workers forked from a server per side
 
     def to_dict(self) -> dict:
-        """The figures an A/B estimate (numabench.plan_ab) builds on."""
+        """The figures an A/B estimate (numabench.ab.plan) builds on."""
         return {"seconds": self.seconds, "steps_seconds": sum(r.steps_s for r in self.runs),
                 "untimed_steps_seconds": sum(r.untimed_steps_s for r in self.runs),
                 "server_seconds": self.server_s, "forked": self.forked,

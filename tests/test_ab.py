@@ -16,10 +16,10 @@ import pytest
 
 from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
-from numabench.results.ab_formats import render_text as render
-from numabench.results.ab_session import interleaved_medians
+from numabench.ab.formats import render_text as render
+from numabench.ab.session import interleaved_medians
 from numabench.results.ab_verdict import UNRESOLVED
-from numabench.results.ab import (
+from numabench.ab.run import (
     ABResult,
     Side,
     abba_order,
@@ -284,8 +284,8 @@ def test_run_ab_by_rounds_runs_one_session_of_the_head_with_the_base_checked_out
 def test_a_vm_whose_memory_grew_while_measuring_is_named(repo, monkeypatch, totals, warned):
     """MemTotal read when the measuring begins and ends: where it grew (a lent VM starts at a few
     GiB), the summary says that entries allocating fresh memory vary with it; the JSON keeps both."""
-    import numabench.results.ab as ab
-    from numabench.results.ab_formats import from_json, render_as, to_json
+    import numabench.ab.run as ab
+    from numabench.ab.formats import from_json, render_as, to_json
 
     readings = iter(totals)
     monkeypatch.setattr(ab, "mem_total_gib", lambda: next(readings))
@@ -360,9 +360,9 @@ def test_tests_that_failed_in_the_session_are_listed_not_left_out(repo):
 
 
 def test_each_row_keeps_where_each_sides_workers_ran_pair_by_pair():
-    from numabench.results.ab import attach_cpus
-    from numabench.results.ab_session import pair_cpus
-    from numabench.results.ab_formats import from_json, to_json
+    from numabench.ab.run import attach_cpus
+    from numabench.ab.session import pair_cpus
+    from numabench.ab.formats import from_json, to_json
 
     run = _session_run({A: [2e-3, 2e-3, 2e-3], B: [1e-3, 1e-3, 1e-3]}, {A: [1e-3, 1e-3, 1e-3], B: [1e-3] * 3})
     run["benchmarks"][0]["extra_info"]["invocation_cpus"] = [[3], [5], [7]]
@@ -390,8 +390,8 @@ def test_a_stopped_session_is_judged_on_its_finished_runs_and_exits_with_the_sig
     import signal
 
     from numabench.interrupts import Stopped
-    from numabench.results.ab import StoppedWithMeasurements
-    from numabench.results.ab_formats import from_json, render_as, to_json
+    from numabench.ab.run import StoppedWithMeasurements
+    from numabench.ab.formats import from_json, render_as, to_json
 
     def invoke_both(base: Side, head: Side, pytest_args, pairs: int, json_path: Path):
         run = _session_run({A: [1e-3] * pairs}, {A: [1e-3] * pairs})
@@ -423,8 +423,8 @@ def test_a_stopped_sessions_json_becomes_its_measurements_or_the_stop_goes_on(mo
     import signal
 
     from numabench.interrupts import Stopped
-    from numabench.results import ab
-    from numabench.results.ab import StoppedWithMeasurements, invoke_interleaved
+    from numabench.ab import run as ab
+    from numabench.ab.run import StoppedWithMeasurements, invoke_interleaved
 
     out = tmp_path / "ab.json"
 

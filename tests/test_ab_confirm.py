@@ -1,7 +1,7 @@
 """Confirming pairs (numabench ab --confirm-pairs, --numa-ab-confirm): a worker run whose first
 pairs judge an entry slower or faster takes as many fresh pairs more, and its entries are judged on
 all of them. Which entries a run's pairs judge changed (fixtures.ab_sides.changed_entries), how
-such entries are read back and judged (numabench.results.ab), that confirming cuts an A/A's false
+such entries are read back and judged (numabench.ab.run), that confirming cuts an A/A's false
 verdicts about tenfold while a real 5% change is still caught about as often (synthetic pairs,
 seeded), what numabench ab asks of its session, and a session that confirms end to end on the CPU."""
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pytest
 from fixtures.ab_sides import changed_entries
 from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
-from numabench.results.ab import judge_measured, run_ab
-from numabench.results.ab_session import confirming_pairs, interleaved_medians
-from numabench.results.ab_formats import from_json, render_text, to_json
-from numabench.results.ab_rejudge import rejudge
+from numabench.ab.run import judge_measured, run_ab
+from numabench.ab.session import confirming_pairs, interleaved_medians
+from numabench.ab.formats import from_json, render_text, to_json
+from numabench.ab.rejudge import rejudge
 from numabench.results.ab_verdict import confirmed_confidence, judge, judge_ratios
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_further_pairs import result
@@ -266,7 +266,7 @@ def test_numabench_ab_confirms_with_as_many_pairs_as_it_measured_by_default(argv
 
 def test_a_head_older_than_the_options_is_told_what_to_run_instead(tmp_path):
     """A head checkout whose pytest knows the A/B session but not confirming pairs or fork servers."""
-    from numabench.results.ab import Side, invoke_interleaved
+    from numabench.ab.run import Side, invoke_interleaved
 
     head = tmp_path / "head"
     head.mkdir()

@@ -1,6 +1,6 @@
 """Further pairs where an entry is too wide (--numa-ab-max-pairs, numabench ab --max-pairs, Stein's
 two-stage rule): how many a worker run takes (fixtures.ab_sides.pairs_wanted), how entries with
-more pairs than others are read and judged (numabench.results.ab), that the rule keeps an A/A's
+more pairs than others are read and judged (numabench.ab.run), that the rule keeps an A/A's
 false verdicts at the interval's confidence where stopping on the running width does not
 (synthetic pairs, seeded), and a session that takes them end to end on the CPU (touch: targets
 no noise can meet or miss)."""
@@ -18,8 +18,8 @@ from fixtures.ab_sides import pairs_wanted
 from numabench.cases import Case, CaseResult
 from numabench.errors import UsageError
 from numabench.numa.policy import Policy
-from numabench.results.ab import judge_measured, run_ab
-from numabench.results.ab_session import interleaved_medians
+from numabench.ab.run import judge_measured, run_ab
+from numabench.ab.session import interleaved_medians
 from numabench.results.ab_verdict import UNRESOLVED, judge, pairs_for_target, resolution_pct, t_quantile
 from numabench.gate.rule import SAME, SLOWER
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from numabench.gate.rule import FASTER, SAME, SLOWER
-from numabench.results.ab import ABResult, Side, bootstrap_interval, judge_pairs
-from numabench.results.ab_formats import SCHEMA, from_json, render_as, render_github, render_markdown, render_text, \
+from numabench.ab.run import ABResult, Side, bootstrap_interval, judge_pairs
+from numabench.ab.formats import SCHEMA, from_json, render_as, render_github, render_markdown, render_text, \
     sorted_rows, to_json
 from numabench.results.ab_verdict import UNRESOLVED, judge, t_interval, t_quantile
 

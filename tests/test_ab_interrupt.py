@@ -67,7 +67,7 @@ def interrupt_run_child_once_ready(child: str, ready: Path, cwd: Path, relayed: 
     """run_child on ``child`` (Python source), Ctrl-C (as SIGALRM's handler) once ``ready``
     exists; asserts that run_child gave way to the KeyboardInterrupt. ``relayed``: its lines
     relayed as they come (as the A/B session's are)."""
-    from numabench.results.ab import run_child
+    from numabench.ab.run import run_child
 
     def interrupt_once_ready() -> None:
         deadline = time.monotonic() + 60
@@ -106,7 +106,7 @@ def test_a_relayed_childs_lines_arrive_while_it_runs(tmp_path):
     """The A/B session's lines reach numabench ab's progress as they come, not at the end: the
     child prints its second line only once the first has been relayed (else it exits 3 after
     60 s); both lines, stderr's too, are in the output afterwards."""
-    from numabench.results.ab import run_child
+    from numabench.ab.run import run_child
 
     seen = tmp_path / "seen"
     child = ("import os, sys, time\n"
@@ -150,7 +150,7 @@ def test_an_interrupted_childs_own_children_are_waited_for(tmp_path):
 def test_an_interrupt_as_a_worktree_is_added_leaves_no_worktree(tmp_path, monkeypatch):
     """Ctrl-C landing in `git worktree add` (the add done, or cut short): the worktree is removed
     all the same, with the others."""
-    from numabench.results import ab
+    from numabench.ab import run as ab
 
     repo = tmp_path / "repo"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True, capture_output=True)

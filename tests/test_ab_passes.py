@@ -1,4 +1,4 @@
-"""numabench ab's pairs in passes (numabench.results.ab_passes): pass p is a session of its own
+"""numabench ab's pairs in passes (numabench.ab.passes): pass p is a session of its own
 that times pair p of every worker run; further and confirming pairs are passes over only the
 worker runs that need them (--numa-ab-runs-of), numbered on (--numa-ab-pair). With a fake
 session (what each pass was asked and what it measured), the merge of the passes (pairs, CPUs,
@@ -17,12 +17,12 @@ import pytest
 
 from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
-from numabench.results.ab import StoppedWithMeasurements, run_ab
-from numabench.results.ab_formats import RUN_KEY, add_run_record, from_json, render_text, to_json
-from numabench.results.ab_budget import RunNeeds, allocate, run_needs
-from numabench.results.ab_passes import invoke_in_passes, merge_session, empty_measured, merge_session_jsons
-from numabench.results.ab_rejudge import rejudge
-from numabench.results.ab_session import session_measured
+from numabench.ab.run import StoppedWithMeasurements, run_ab
+from numabench.ab.formats import RUN_KEY, add_run_record, from_json, render_text, to_json
+from numabench.ab.budget import RunNeeds, allocate, run_needs
+from numabench.ab.passes import invoke_in_passes, merge_session, empty_measured, merge_session_jsons
+from numabench.ab.rejudge import rejudge
+from numabench.ab.session import session_measured
 from numabench.results.ab_verdict import confirmed_confidence, judge_ratios
 from test_ab import repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_sides import ROOT, SESSION
@@ -309,7 +309,7 @@ def test_a_pass_s_pair_number_picks_the_pair_s_cpus(tmp_path):
 def test_a_head_older_than_passes_is_told_to_run_without_them(tmp_path):
     """A head checkout whose pytest knows the A/B session but not --numa-ab-pair: the session runs
     in the head's checkout, so numabench ab says what to run instead."""
-    from numabench.results.ab import Side, invoke_interleaved
+    from numabench.ab.run import Side, invoke_interleaved
 
     head = tmp_path / "head"
     head.mkdir()

@@ -9,8 +9,8 @@ import pytest
 from numabench.cli import main
 from numabench.errors import UsageError
 from numabench.gate.rule import SLOWER
-from numabench.results.ab_formats import from_json, render_text
-from numabench.results.ab_rejudge import rejudge
+from numabench.ab.formats import from_json, render_text
+from numabench.ab.rejudge import rejudge
 from numabench.results.ab_verdict import UNRESOLVED
 from test_ab_round_ratios import A, session, spell_pairs
 

@@ -12,9 +12,9 @@ import pytest
 from fixtures.ab_sides import changed_entries, pairs_wanted
 from numabench.cases import CaseResult
 from numabench.gate.rule import FASTER, SLOWER
-from numabench.results.ab import ABResult, Side, judge_measured
-from numabench.results.ab_session import interleaved_medians
-from numabench.results.ab_formats import from_json, render_text, rule_line, to_json
+from numabench.ab.run import ABResult, Side, judge_measured
+from numabench.ab.session import interleaved_medians
+from numabench.ab.formats import from_json, render_text, rule_line, to_json
 from numabench.results.ab_verdict import UNRESOLVED, judge, judge_ratios, round_ratio
 from test_ab_further_pairs import CASE
 

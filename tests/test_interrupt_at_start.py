@@ -104,7 +104,7 @@ def test_outside_the_main_thread_nothing_is_held():
 
 
 def test_ab_run_child_ends_a_child_started_as_the_interrupt_came(interrupted_at_start, tmp_path):
-    from numabench.results.ab import run_child
+    from numabench.ab.run import run_child
 
     with pytest.raises(KeyboardInterrupt):
         run_child(SLEEPER, tmp_path, dict(os.environ), "the sleeper")

@@ -16,7 +16,7 @@ from numabench.cases import Case
 from numabench.families import family
 from numabench.numa.policy import Policy
 from numabench.plan import KERNEL_BUILD_S, KERNEL_LOADED_S, plan_runs
-from numabench.plan_ab import BUILD_LOADED_S, BUILD_START_S, ab_estimate
+from numabench.ab.plan import BUILD_LOADED_S, BUILD_START_S, ab_estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,8 @@ import pytest
 
 from numabench.cli import main
 from numabench.publish.page_ab import family_of
-from numabench.results.ab import ABResult, ABRow, Side
-from numabench.results.ab_formats import from_json, to_json
+from numabench.ab.run import ABResult, ABRow, Side
+from numabench.ab.formats import from_json, to_json
 
 DATA = Path(__file__).resolve().parent / "data" / "ab"
 MEASURED = DATA / "h100-smoke-inject5.json"

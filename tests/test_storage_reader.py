@@ -15,7 +15,8 @@ from fixtures import progress
 from numabench.cli import main
 from numabench.errors import UsageError
 from numabench.publish.source import runs_from_git
-from numabench.results import ab, fleet, storage
+from numabench.ab import run as ab
+from numabench.results import fleet, storage
 from numabench.results.compare import compare_runs
 from numabench.results.history import history
 from numabench.results.report import build_report

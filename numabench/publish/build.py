@@ -11,7 +11,7 @@ from numabench.errors import UsageError
 from numabench.gate.rule import DEFAULT_THRESHOLD
 from numabench.publish.model import Run, site_model
 from numabench.publish.page_ab import ab_html, ab_pages
-from numabench.results.ab import ABResult
+from numabench.ab.run import ABResult
 from numabench.publish.page_family import family_html
 from numabench.publish.page_index import index_page
 from numabench.publish.page_numa import numa_html

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.publish.page_changed import counts_text
 from numabench.publish.pages import esc, fmt_time, page, table, when_text
-from numabench.results.ab import ABResult, ABRow
-from numabench.results.ab_formats import confidence_text, counts, rule_line, sorted_rows, stopped_note
+from numabench.ab.run import ABResult, ABRow
+from numabench.ab.formats import confidence_text, counts, rule_line, sorted_rows, stopped_note
 from numabench.results.ab_verdict import UNRESOLVED
 
 # the chart's colours per verdict (site.js: red says slower, green faster)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from numabench.errors import UsageError
 from numabench.results import storage
-from numabench.results.ab import ABResult
+from numabench.ab.run import ABResult
 
 Run = tuple[str, dict]
 
@@ -17,7 +17,7 @@ Run = tuple[str, dict]
 def ab_result_of(path: Path) -> ABResult | None:
     """The A/B run in ``path`` (what ``numabench ab --json`` writes), or None where the file is
     something else (a run file); UsageError for an A/B file that cannot be read."""
-    from numabench.results.ab_formats import SCHEMA, from_json
+    from numabench.ab.formats import SCHEMA, from_json
 
     try:
         text = path.read_text()

@@ -24,7 +24,7 @@ interval lies above 1 + threshold (``faster``: below 1 / (1 + threshold)),
 any ``slower``.
 
 Library code does not print: :func:`run_ab` returns an :class:`ABResult`
-(``progress`` receives one line per invocation); numabench.results.ab_formats
+(``progress`` receives one line per invocation); numabench.ab.formats
 renders it (text, Markdown, GitHub annotations, JSON). The judging takes medians from
 anywhere (:func:`judge_pairs` one entry's pairs, :func:`judge_measured` every entry of both
 sides), and :func:`run_ab` takes the function that runs one invocation, so the whole flow
@@ -59,8 +59,8 @@ from numabench.gate.rule import SLOWER
 from numabench.gate.band import DEFAULT_COARSEST_PCT
 from numabench.gate.invocations import invocation_medians
 from numabench.results import ab_verdict
-from numabench.results.ab_passes import invoke_in_passes
-from numabench.results.ab_session import StoppedWithMeasurements, session_measured
+from numabench.ab.passes import invoke_in_passes
+from numabench.ab.session import StoppedWithMeasurements, session_measured
 
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
 # where an A/B run's time went, in seconds: each side's build, the measuring, all of it
@@ -129,8 +129,8 @@ class ABResult:
     confirm_pairs: int = 0  # fresh pairs for a worker run whose first pairs judged an entry changed (0: none)
     workers: str = "exec"  # WORKERS: how each pair's workers started (forked from a server per side, or exec'd)
     same_cpus: bool = False  # each pair's two sides on the same CPUs (families with Family.step_threads)
-    passes: bool = False  # rounds mode: pair p of every worker run in session p (ab_passes), not back to back
-    # in passes: the seconds of measuring that the first and further passes were to fit (ab_budget); None: no budget
+    passes: bool = False  # rounds mode: pair p of every worker run in session p (ab/passes.py), not back to back
+    # in passes: the seconds of measuring that the first and further passes were to fit (ab/budget.py); None: no budget
     time_budget_s: float | None = None
     # the signal that stopped the session before its end (rounds mode): rows are its finished worker runs'
     stopped_by: int | None = None
@@ -573,10 +573,10 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     (``--numa-forkserver``), or "exec" (each a fresh interpreter). ``same_cpus`` (rounds mode): each
     rank of a family that steps on few threads runs on as many CPUs, the same for both sides of a
     pair (``--numa-ab-same-cpus``). ``passes`` (rounds mode): pair p of every worker run in a session
-    of its own, pass p (numabench.results.ab_passes; further and confirming pairs passes too), instead
+    of its own, pass p (numabench.ab.passes; further and confirming pairs passes too), instead
     of all of a worker run's pairs back to back in one session. ``time_budget_s`` (in passes): the
     further pairs are those that fit that many seconds of measuring, where they bring the most
-    entries to ``target_pct`` per second (numabench.results.ab_budget; confirming pairs beyond it).
+    entries to ``target_pct`` per second (numabench.ab.budget; confirming pairs beyond it).
     ``session_json``: where to keep
     the rounds mode's session (its pytest-benchmark JSON: both sides' medians and each run's costs,
     for time plans)."""

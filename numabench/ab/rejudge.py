@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from numabench.errors import UsageError
-from numabench.results.ab import ABResult, Side, confirm_confidence_of, judge_measured
-from numabench.results.ab_formats import RUN_KEY, recorded_run
-from numabench.results.ab_session import AB_BASE_KEY, confirming_pairs, interleaved_medians
+from numabench.ab.run import ABResult, Side, confirm_confidence_of, judge_measured
+from numabench.ab.formats import RUN_KEY, recorded_run
+from numabench.ab.session import AB_BASE_KEY, confirming_pairs, interleaved_medians
 from numabench.results.ab_verdict import MIN_PAIRS, PAIR_RATIOS
 
 

@@ -2,7 +2,7 @@
 both sides round by round (fixtures.ab_sides) keeps, per entry, the head's invocation medians
 as any run does and the base's, both sides' rounds pair by pair, the confirming pairs its worker
 run took and each pair's CPUs in ``extra_info["ab_base"]``. ``numabench ab`` judges what these
-return (numabench.results.ab.judge_measured), and so does ``--rejudge`` for a kept session.
+return (numabench.ab.run.judge_measured), and so does ``--rejudge`` for a kept session.
 """
 from __future__ import annotations
 

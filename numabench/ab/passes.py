@@ -13,7 +13,7 @@ Further pairs (Stein's rule, ``max_pairs``) and confirming pairs (``confirm_pair
 too, each a session over only the worker runs that need them (``--numa-ab-runs-of``); a
 confirming pass's session starts its own fork servers, as every session does. With a time budget
 (``time_budget_s``) the further pairs are the ones that fit it, where they bring the most entries
-to the target resolution per second (numabench.results.ab_budget).
+to the target resolution per second (numabench.ab.budget).
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from numabench.gate.rule import FASTER, SLOWER
-from numabench.results.ab_budget import allocate, pass_cost_s, run_needs
-from numabench.results.ab_session import AB_BASE_KEY, StoppedWithMeasurements
+from numabench.ab.budget import allocate, pass_cost_s, run_needs
+from numabench.ab.session import AB_BASE_KEY, StoppedWithMeasurements
 from numabench.results.ab_verdict import MIN_PAIRS, judge_ratios, pairs_for_target
 
 # invoke_interleaved's shape: (base, head, pytest args, pairs, JSON path) -> what one session measured

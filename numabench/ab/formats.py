@@ -1,4 +1,4 @@
-"""An A/B run (numabench.results.ab.ABResult) as text (the terminal), Markdown (a CI job
+"""An A/B run (numabench.ab.run.ABResult) as text (the terminal), Markdown (a CI job
 summary), GitHub Actions annotations and JSON (a machine-readable A/B run that
 ``from_json`` reads back, for ``numabench ab --show`` and the results site).
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.gate.table import _escape_data, _escape_property, format_table
-from numabench.results.ab import TIMINGS, ABResult, ABRow, Side
+from numabench.ab.run import TIMINGS, ABResult, ABRow, Side
 from numabench.results.ab_verdict import INTERVAL, PAIR_RATIOS, UNRESOLVED
 
 FORMATS = ("text", "markdown", "github", "json")

@@ -3,7 +3,7 @@ its selection (numabench.plan, from this hardware key's baseline where it holds 
 Rounds interleaved (the default): each pair starts and sets up both sides' workers together and
 steps each side's rounds in turn, each timed step after an untimed one (``--numa-ab-no-rewarm``:
 without); pair p of every worker run in a session of its own, pass p (numabench ab's default,
-numabench.results.ab_passes; ``--no-passes``: one session):
+numabench.ab.passes; ``--no-passes``: one session):
 
     head's build + base's build + sessions x (pytest's start and collection + 2 x a fork server's start)
         + pairs x (the plan less its kernel builds, imports and steps + 2 x its steps
@@ -92,7 +92,7 @@ class ABEstimate:
     base_compile_s: float  # the same where the base's kernel sources differ: every kernel compiled
     plan_steps_s: float = 0.0  # of plan_s, the step requests
     plan_untimed_s: float = 0.0  # what rewarm adds per side and pair: numabench.plan.RunPlan.untimed_steps_s
-    interleave: str = "rounds"  # numabench.results.ab.INTERLEAVE
+    interleave: str = "rounds"  # numabench.ab.run.INTERLEAVE
     rewarm: bool = True  # every timed step after an untimed one (--numa-ab-no-rewarm: not)
     max_pairs: int = 0  # further pairs up to this where a run's first ones are too spread (0: none)
     server_s: float = 0.0  # of plan_s, a fork server's import (--numa-forkserver): once per side, not per pair
