@@ -18,7 +18,7 @@ from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.ab.formats import render_text as render
 from numabench.ab.session import interleaved_medians
-from numabench.results.ab_verdict import UNRESOLVED
+from numabench.gate.pairs import UNRESOLVED
 from numabench.ab.run import (
     ABResult,
     Side,

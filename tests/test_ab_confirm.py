@@ -22,7 +22,7 @@ from numabench.ab.run import judge_measured, run_ab
 from numabench.ab.session import confirming_pairs, interleaved_medians
 from numabench.ab.formats import from_json, render_text, to_json
 from numabench.ab.rejudge import rejudge
-from numabench.results.ab_verdict import confirmed_confidence, judge, judge_ratios
+from numabench.gate.pairs import confirmed_confidence, judge, judge_ratios
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_further_pairs import result
 from test_ab_sides import ROOT, SESSION, SLEEP_S, collected_with, patched_base, slow_base

@@ -20,7 +20,7 @@ from numabench.errors import UsageError
 from numabench.numa.policy import Policy
 from numabench.ab.run import judge_measured, run_ab
 from numabench.ab.session import interleaved_medians
-from numabench.results.ab_verdict import UNRESOLVED, judge, pairs_for_target, resolution_pct, t_quantile
+from numabench.gate.pairs import UNRESOLVED, judge, pairs_for_target, resolution_pct, t_quantile
 from numabench.gate.rule import SAME, SLOWER
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_sides import ROOT, SESSION, collected_with

@@ -17,7 +17,7 @@ from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.ab.run import ABResult, Side, bootstrap_interval, judge_pairs
 from numabench.ab.formats import SCHEMA, from_json, render_as, render_github, render_markdown, render_text, \
     sorted_rows, to_json
-from numabench.results.ab_verdict import UNRESOLVED, judge, t_interval, t_quantile
+from numabench.gate.pairs import UNRESOLVED, judge, t_interval, t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ from numabench.ab.budget import RunNeeds, allocate, run_needs
 from numabench.ab.passes import invoke_in_passes, merge_session, empty_measured, merge_session_jsons
 from numabench.ab.rejudge import rejudge
 from numabench.ab.session import session_measured
-from numabench.results.ab_verdict import confirmed_confidence, judge_ratios
+from numabench.gate.pairs import confirmed_confidence, judge_ratios
 from test_ab import repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_sides import ROOT, SESSION
 

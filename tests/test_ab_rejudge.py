@@ -11,7 +11,7 @@ from numabench.errors import UsageError
 from numabench.gate.rule import SLOWER
 from numabench.ab.formats import from_json, render_text
 from numabench.ab.rejudge import rejudge
-from numabench.results.ab_verdict import UNRESOLVED
+from numabench.gate.pairs import UNRESOLVED
 from test_ab_round_ratios import A, session, spell_pairs
 
 

@@ -1,6 +1,6 @@
 """Pairs judged round by round: in numabench ab's rounds mode round i of the head ran beside
 round i of the base, so each pair's ratio is the median of its round-by-round ratios
-(numabench.results.ab_verdict.round_ratio), not the ratio of the two sides' medians."""
+(numabench.gate.pairs.round_ratio), not the ratio of the two sides' medians."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ from numabench.gate.rule import FASTER, SLOWER
 from numabench.ab.run import ABResult, Side, judge_measured
 from numabench.ab.session import interleaved_medians
 from numabench.ab.formats import from_json, render_text, rule_line, to_json
-from numabench.results.ab_verdict import UNRESOLVED, judge, judge_ratios, round_ratio
+from numabench.gate.pairs import UNRESOLVED, judge, judge_ratios, round_ratio
 from test_ab_further_pairs import CASE
 
 A = "benchmarks/test_x.py::test_x[a]"

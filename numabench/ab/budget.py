@@ -8,7 +8,7 @@ entry may need 30 pairs for a resolution that another reaches in 3, and worker r
 pair. Stein's rule alone (``--max-pairs``) gives every too-spread run what it needs, however long
 that takes; a budget spends the time where it brings the most entries to the target per second.
 
-Each entry's need is Stein's first stage (ab_verdict.pairs_for_target: from its first pairs'
+Each entry's need is Stein's first stage (gate.pairs.pairs_for_target: from its first pairs'
 spread only, never where their ratios lie, so the interval from all its pairs stays valid); a worker
 run's cost a pair is the mean wall of its pairs so far (both sides' set-up, steps and teardown, as
 the session recorded it: fixtures.ab_sides.base_extra_info); a further pass also pays a session's
@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from numabench.results.ab_verdict import MIN_PAIRS, pairs_for_target
+from numabench.gate.pairs import MIN_PAIRS, pairs_for_target
 
 UNCAPPED = 10_000  # pairs: an entry's need as Stein's rule gives it, before any cap
 

@@ -18,7 +18,7 @@ from typing import Any
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.gate.table import _escape_data, _escape_property, format_table
 from numabench.ab.run import TIMINGS, ABResult, ABRow, Side
-from numabench.results.ab_verdict import INTERVAL, PAIR_RATIOS, UNRESOLVED
+from numabench.gate.pairs import INTERVAL, PAIR_RATIOS, UNRESOLVED
 
 FORMATS = ("text", "markdown", "github", "json")
 SCHEMA = "numabench-ab/1"  # the JSON's "schema": docs/GATE.md describes it
@@ -113,7 +113,7 @@ def rule_line(res: ABResult) -> str:
 
 
 def pair_ratio_text(res: ABResult) -> str:
-    """What a pair's ratio is in this run (ab_verdict.PAIR_RATIOS)."""
+    """What a pair's ratio is in this run (gate.pairs.PAIR_RATIOS)."""
     if res.pair_ratio in PAIR_RATIOS:
         return PAIR_RATIOS[res.pair_ratio]
     by_medians = sum(r.round_ratios is None for r in res.rows)

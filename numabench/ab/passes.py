@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 from numabench.gate.rule import FASTER, SLOWER
 from numabench.ab.budget import allocate, pass_cost_s, run_needs
 from numabench.ab.session import AB_BASE_KEY, StoppedWithMeasurements
-from numabench.results.ab_verdict import MIN_PAIRS, judge_ratios, pairs_for_target
+from numabench.gate.pairs import MIN_PAIRS, judge_ratios, pairs_for_target
 
 # invoke_interleaved's shape: (base, head, pytest args, pairs, JSON path) -> what one session measured
 InvokeSession = Callable[[Any, Any, Sequence[str], int, Path], dict[str, Any]]
@@ -81,7 +81,7 @@ def entry_pair_ratios(measured: dict[str, Any], name: str) -> list[float]:
 
 
 def further_wanted(measured: dict[str, Any], target_pct: float, confidence: float, most: int) -> dict[str, int]:
-    """Stein's first stage per entry (ab_verdict.pairs_for_target): the pairs in all that each
+    """Stein's first stage per entry (gate.pairs.pairs_for_target): the pairs in all that each
     entry whose first pairs are too spread needs, at most ``most``; entries that need none left out."""
     wanted = {}
     for name in sorted(set().union(*measured["base"])):

@@ -15,7 +15,7 @@ from numabench.errors import UsageError
 from numabench.ab.run import ABResult, Side, confirm_confidence_of, judge_measured
 from numabench.ab.formats import RUN_KEY, recorded_run
 from numabench.ab.session import AB_BASE_KEY, confirming_pairs, interleaved_medians
-from numabench.results.ab_verdict import MIN_PAIRS, PAIR_RATIOS
+from numabench.gate.pairs import MIN_PAIRS, PAIR_RATIOS
 
 
 def recorded_pairs(measured: dict[str, list[dict[str, float]]], confirming: dict[str, int]) -> int:
@@ -47,7 +47,7 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None, thres
     each entry has, its confirming pairs as they ran (``pairs`` None), or on its first ``pairs``
     pairs alone (confirming pairs not told apart); each pair's ratio ``pair_ratio``: "rounds"
     (round by round, where both sides' rounds are kept) or "medians". Entries with confirming pairs
-    are judged at ``confirm_confidence`` (default: ab_verdict.confirmed_confidence of ``confidence``)."""
+    are judged at ``confirm_confidence`` (default: gate.pairs.confirmed_confidence of ``confidence``)."""
     confirm_confidence = confirm_confidence_of(confidence, confirm_confidence)
     if pair_ratio not in PAIR_RATIOS:
         raise UsageError(f"--pair-ratio {pair_ratio}: allowed {', '.join(PAIR_RATIOS)}")

@@ -18,7 +18,7 @@ time (the base's workers answer the head's harness).
 Per entry, each pair gives a ratio head/base of its medians; the estimate is the geometric mean of the pair ratios, its
 confidence interval Student's t on the log ratios (pairs, not rounds, are the
 independent samples) and its resolution the interval's relative half-width
-(numabench.results.ab_verdict). An entry is ``slower`` only when the whole
+(numabench.gate.pairs). An entry is ``slower`` only when the whole
 interval lies above 1 + threshold (``faster``: below 1 / (1 + threshold)),
 ``unresolved`` where its resolution is coarser than ``coarsest``; exit 1 on
 any ``slower``.
@@ -58,7 +58,7 @@ from numabench.results import storage
 from numabench.gate.rule import SLOWER
 from numabench.gate.band import DEFAULT_COARSEST_PCT
 from numabench.gate.invocations import invocation_medians
-from numabench.results import ab_verdict
+from numabench.gate import pairs as pair_rule
 from numabench.ab.passes import invoke_in_passes
 from numabench.ab.session import StoppedWithMeasurements, session_measured
 
@@ -91,14 +91,14 @@ class ABRow:
     low: float
     high: float
     verdict: str
-    resolution_pct: float | None = None  # the interval's relative half-width (ab_verdict)
+    resolution_pct: float | None = None  # the interval's relative half-width (gate.pairs)
     fullname: str = ""
     confirmation_pairs: int = 0  # of its pairs, the last ones its worker run took to confirm a change (0: none)
     # per pair, the CPU each rank's worker of that side ran its steps on (rounds mode; None: not recorded)
     base_cpus: list[list[int | None]] | None = None
     head_cpus: list[list[int | None]] | None = None
     # the pair ratios head/base it was judged on, where they are not head_s / base_s: each pair's
-    # round-by-round ratio (rounds mode; ab_verdict.round_ratio). None: those of the medians
+    # round-by-round ratio (rounds mode; pair_rule.round_ratio). None: those of the medians
     round_ratios: list[float] | None = None
 
     @property
@@ -139,7 +139,7 @@ class ABResult:
     mem_total_gib: tuple[float, float] | None = None
     # a kept session judged again (numabench ab --rejudge): where it was read from; None: measured now
     rejudged_from: str | None = None
-    # the confidence of the entries judged with confirming pairs (ab_verdict.confirmed_confidence);
+    # the confidence of the entries judged with confirming pairs (pair_rule.confirmed_confidence);
     # None: ``confidence`` (runs saved before it existed)
     confirm_confidence: float | None = None
 
@@ -153,7 +153,7 @@ class ABResult:
 
     @property
     def pair_ratio(self) -> str:
-        """What its entries' pair ratios are (ab_verdict.PAIR_RATIOS): "rounds" where every entry's
+        """What its entries' pair ratios are (pair_rule.PAIR_RATIOS): "rounds" where every entry's
         came round by round, "medians" where none did, "mixed" between."""
         by_rounds = {r.round_ratios is not None for r in self.rows}
         return "mixed" if len(by_rounds) > 1 else "rounds" if by_rounds == {True} else "medians"
@@ -178,7 +178,7 @@ def geometric_mean(values: Sequence[float]) -> float:
 def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: int = BOOTSTRAP_RESAMPLES,
                        seed: int = 1) -> tuple[float, float]:
     """Percentile bootstrap interval of the geometric mean of ``ratios`` (resampling the pairs).
-    Not the verdict's interval: with few pairs it is too narrow (ab_verdict's t-interval is
+    Not the verdict's interval: with few pairs it is too narrow (gate.pairs's t-interval is
     used; tests/test_ab_gate.py compares the two)."""
     if not ratios:
         raise ValueError("no ratios")
@@ -194,12 +194,12 @@ def bootstrap_interval(ratios: Sequence[float], confidence: float, resamples: in
 
 def confirm_confidence_of(confidence: float, given: float | None) -> float:
     """``--confirm-confidence`` checked against ``--confidence``; None: half the error of ``confidence``
-    (ab_verdict.confirmed_confidence). UsageError naming the bad value."""
+    (pair_rule.confirmed_confidence). UsageError naming the bad value."""
     if given is None:
-        return ab_verdict.confirmed_confidence(confidence)
+        return pair_rule.confirmed_confidence(confidence)
     if not confidence <= given < 1:
         raise UsageError(f"--confirm-confidence {given}: allowed a number from --confidence ({confidence:g}) up "
-                         f"to 1, e.g. {ab_verdict.confirmed_confidence(confidence):g}")
+                         f"to 1, e.g. {pair_rule.confirmed_confidence(confidence):g}")
     return given
 
 
@@ -209,19 +209,19 @@ def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], thr
                 round_ratios: Sequence[float] | None = None, confirm_confidence: float | None = None) -> ABRow:
     """One entry's row from each side's per-pair medians. With ``confirmation_pairs`` (its worker
     run's first pairs judged an entry changed and it ran that many more): judged on all its pairs,
-    their own spread, at ``confirm_confidence`` (default ab_verdict.confirmed_confidence of
+    their own spread, at ``confirm_confidence`` (default pair_rule.confirmed_confidence of
     ``confidence``). ``round_ratios``: each pair's round-by-round ratio (rounds mode), what it is
     judged on; else the ratios of the medians."""
     stein = None if confirmation_pairs else first_stage
     if confirmation_pairs:
-        confidence = ab_verdict.confirmed_confidence(confidence) if confirm_confidence is None else confirm_confidence
+        confidence = pair_rule.confirmed_confidence(confidence) if confirm_confidence is None else confirm_confidence
     if round_ratios is not None:
         if len(round_ratios) != len(base_s) or len(head_s) != len(base_s):
             raise ValueError(f"{name}: {len(round_ratios)} round ratios for {len(base_s)} base and {len(head_s)} "
                              "head medians: allowed one of each per pair")
-        j = ab_verdict.judge_ratios(round_ratios, threshold_pct, confidence, coarsest_pct, stein)
+        j = pair_rule.judge_ratios(round_ratios, threshold_pct, confidence, coarsest_pct, stein)
     else:
-        j = ab_verdict.judge(base_s, head_s, threshold_pct, confidence, coarsest_pct, stein)
+        j = pair_rule.judge(base_s, head_s, threshold_pct, confidence, coarsest_pct, stein)
     return ABRow(name, list(base_s), list(head_s), j.ratio, j.low, j.high, j.verdict, j.resolution_pct,
                  fullname or name, confirmation_pairs,
                  round_ratios=None if round_ratios is None else [float(r) for r in round_ratios])
@@ -566,10 +566,10 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     sides, so it runs whole invocations. ``max_pairs`` (rounds mode; 0: none): a worker run whose
     first ``pairs`` pairs are too spread for its entries to reach a resolution of ``target_pct``
     runs as many further pairs as that needs, up to ``max_pairs`` in all (Stein's two-stage rule,
-    numabench.results.ab_verdict). ``confirm_pairs`` (rounds mode; 0: none): a worker run whose
+    numabench.gate.pairs). ``confirm_pairs`` (rounds mode; 0: none): a worker run whose
     pairs judge an entry slower or faster runs that many fresh pairs more, and its entries are
     judged on all of them at ``confirm_confidence`` (default: half the error of ``confidence``,
-    ab_verdict.confirmed_confidence). ``workers`` (rounds mode): "forked" from one server per side
+    pair_rule.confirmed_confidence). ``workers`` (rounds mode): "forked" from one server per side
     (``--numa-forkserver``), or "exec" (each a fresh interpreter). ``same_cpus`` (rounds mode): each
     rank of a family that steps on few threads runs on as many CPUs, the same for both sides of a
     pair (``--numa-ab-same-cpus``). ``passes`` (rounds mode): pair p of every worker run in a session

@@ -13,7 +13,8 @@ from typing import Any
 from numabench.errors import UsageError
 from numabench.interrupts import Stopped
 from numabench.gate.invocations import invocation_medians
-from numabench.results import ab_verdict, storage
+from numabench.gate import pairs as pair_rule
+from numabench.results import storage
 
 AB_BASE_KEY = "ab_base"  # extra_info of an entry of a rounds-interleaved session (fixtures.ab_sides)
 
@@ -70,7 +71,7 @@ def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str,
 
 
 def session_round_ratios(bench: dict) -> list[float] | None:
-    """An entry's pair ratios round by round (ab_verdict.round_ratio) from both sides' rounds in its
+    """An entry's pair ratios round by round (pair_rule.round_ratio) from both sides' rounds in its
     ``extra_info["ab_base"]``, or None where they are not there for every pair it has (a session
     saved before they were kept, or a pair whose sides ran different numbers of rounds)."""
     ab = (bench.get("extra_info") or {}).get(AB_BASE_KEY) or {}
@@ -79,7 +80,7 @@ def session_round_ratios(bench: dict) -> list[float] | None:
     if not (isinstance(base, list) and isinstance(head, list) and len(base) == len(head) == len(medians)):
         return None
     try:
-        return [ab_verdict.round_ratio(b, h) for b, h in zip(base, head)]
+        return [pair_rule.round_ratio(b, h) for b, h in zip(base, head)]
     except (TypeError, ValueError):
         return None
 

@@ -2,7 +2,8 @@
 
 - invocations.py: an entry's invocation medians, the unit of noise the gate judges by
 - band.py: a baseline entry's band, its threshold and status (gated, insufficient, informational)
-- rule.py: the verdicts (slower, faster, same, ...) of one entry and of two runs
+- rule.py: the verdicts (slower, faster, same, ...) of one entry and of two runs, against a baseline
+- pairs.py: the same-runner A/B's rule: one entry judged by its pair ratios head/base
 - confirm.py: the session's gate: which entries re-run as confirmation, how the verdicts combine
 - pool.py: a run's invocations pooled into one entry with its invocation medians
 - table.py: the verdicts as text, Markdown, GitHub annotations, JSON, and extra_info["gate"]

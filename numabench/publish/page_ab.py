@@ -14,7 +14,7 @@ from numabench.publish.page_changed import counts_text
 from numabench.publish.pages import esc, fmt_time, page, table, when_text
 from numabench.ab.run import ABResult, ABRow
 from numabench.ab.formats import confidence_text, counts, rule_line, sorted_rows, stopped_note
-from numabench.results.ab_verdict import UNRESOLVED
+from numabench.gate.pairs import UNRESOLVED
 
 # the chart's colours per verdict (site.js: red says slower, green faster)
 VERDICT_COLOURS = {SLOWER: "#d62728", FASTER: "#2ca02c", SAME: "#7f7f7f", UNRESOLVED: "#ff7f0e"}
