@@ -21,7 +21,7 @@ import pytest
 
 from numabench.errors import WorkerError
 from numabench.numa.mempolicy import MPOL_BIND, MPOL_DEFAULT
-from numabench.workers.fork_servers import ForkServers, client_argv
+from numabench.workers.forks.pool import ForkServers, client_argv
 from numabench.workers.sides import WorkerSide
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,7 +244,7 @@ def test_a_session_stopped_mid_case_leaves_no_server_and_no_worker(tmp_path, sig
         tree: list[psutil.Process] = []
         while time.monotonic() < deadline and proc.poll() is None:
             tree = descendants_of(proc.pid)
-            if any("forkclient.py" in cmdline_of(p) for p in tree if running(p)) and len(tree) >= 3:
+            if any("client.py" in cmdline_of(p) for p in tree if running(p)) and len(tree) >= 3:
                 break
             time.sleep(0.05)
         else:
@@ -290,7 +290,7 @@ def test_a_failed_fork_fails_that_request_only(monkeypatch, tmp_path):
     import errno
     import selectors
 
-    from numabench.workers import forkserver
+    from numabench.workers.forks import server as forkserver
 
     def no_fork() -> int:
         raise OSError(errno.EAGAIN, "Resource temporarily unavailable")

@@ -250,9 +250,9 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
 
 def worker_argv(side: WorkerSide, family_key: str) -> list[str]:
     """What the launcher starts for one of ``side``'s workers: the worker itself, or the stand-in
-    that its fork server turns into one (numabench.workers.fork_servers)."""
+    that its fork server turns into one (numabench.workers.forks.pool)."""
     if side.fork_socket:
-        from numabench.workers.fork_servers import client_argv
+        from numabench.workers.forks.pool import client_argv
         return client_argv(side.fork_socket, family_key)
     return [sys.executable, "-m", "numabench.workers.main", family_key]
 

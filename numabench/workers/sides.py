@@ -33,7 +33,7 @@ class WorkerSide:
     label: str  # "head", "base", or THIS_CHECKOUT
     path: Path | None = None  # the checkout its workers import; None: this one
     env: Mapping[str, str] = field(default_factory=dict)
-    # its fork server's socket (numabench.workers.fork_servers): workers forked from it; None: exec'd
+    # its fork server's socket (numabench.workers.forks.pool): workers forked from it; None: exec'd
     fork_socket: str | None = None
 
     def environment(self) -> dict[str, str]:

@@ -1,9 +1,9 @@
 """The session's fork servers (``--numa-forkserver``): one per side, started at its first
 worker, ended with the session.
 
-A side's server (forkserver.py) runs in the side's checkout with the side's environment and
+A side's server (forks/server.py) runs in the side's checkout with the side's environment and
 imports the side's worker code and torch once; its workers are forks of it, started through
-forkclient.py under the same launcher (numactl or the built-in one) as an exec'd worker. The
+client.py under the same launcher (numactl or the built-in one) as an exec'd worker. The
 socket is in the abstract namespace (nothing on disk to leave behind) and the server serves
 only processes of its own user (SO_PEERCRED).
 """
@@ -24,8 +24,8 @@ from numabench.interrupts import stops_held
 from numabench.workers.sides import WorkerSide
 
 HERE = Path(__file__).resolve().parent
-SERVER = str(HERE / "forkserver.py")
-CLIENT = str(HERE / "forkclient.py")
+SERVER = str(HERE / "server.py")
+CLIENT = str(HERE / "client.py")
 START_TIMEOUT_S = float(os.environ.get("NUMABENCH_SETUP_TIMEOUT_MIN_S") or 120.0)  # imports torch
 STOP_GRACE_S = 10.0
 

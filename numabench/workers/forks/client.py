@@ -1,6 +1,6 @@
-"""A worker's stand-in that a fork server (forkserver.py) turns into the worker.
+"""A worker's stand-in that a fork server (forks/server.py) turns into the worker.
 
-``python -I -S .../forkclient.py SOCKET FAMILY`` is what numactl (or the built-in launcher)
+``python -I -S .../client.py SOCKET FAMILY`` is what numactl (or the built-in launcher)
 starts in place of ``python -m numabench.workers.main FAMILY``. It reads the memory policy
 and CPUs it was started with, hands them to the server with its standard streams, its
 environment and its working folder, and then stands for the worker until it ends: it passes
@@ -25,7 +25,7 @@ from typing import Any
 def request(argv: list[str]) -> bytes:
     """This process's policy, CPUs, folder and environment, for the worker."""
     # the harness's package (this file's): the stand-in runs none of the side's code
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
     from numabench.numa.mempolicy import get_mempolicy
 
     mode, nodes = get_mempolicy()
@@ -36,7 +36,7 @@ def request(argv: list[str]) -> bytes:
 
 def main(args: list[str]) -> int:
     if len(args) < 2:
-        print("usage: python forkclient.py SOCKET FAMILY [ARGS...]", file=sys.stderr)
+        print("usage: python client.py SOCKET FAMILY [ARGS...]", file=sys.stderr)
         return 2
     sock_path, argv = args[0], args[1:]
     worker: list[int] = []

@@ -6,9 +6,9 @@ pair). The server imports the side's ``numabench.workers.main`` and torch once; 
 worker is then a fork of it that runs ``main()`` with the request's standard streams,
 environment, working folder, CPUs and memory policy.
 
-It is run by path (``python .../forkserver.py SOCKET``) with the side's checkout first on
+It is run by path (``python .../server.py SOCKET``) with the side's checkout first on
 the path, so the worker code is the side's while this file and the client
-(``forkclient.py``) are the harness's. The client is what numactl (or the built-in
+(``client.py``) are the harness's. The client is what numactl (or the built-in
 launcher) starts: it reads the policy and CPUs it was given and hands them over with its
 streams (SCM_RIGHTS); the forked worker sets them before anything is allocated, so a
 policy applies to every page the worker touches after the fork, as it would after exec.
@@ -59,7 +59,7 @@ SHIFT_PAGES = (1 << 30) // PAGE
 
 def _mempolicy() -> Any:
     """The harness's numabench/numa/mempolicy.py (standard library only), loaded by path."""
-    path = Path(__file__).resolve().parents[1] / "numa" / "mempolicy.py"
+    path = Path(__file__).resolve().parents[2] / "numa" / "mempolicy.py"
     spec = importlib.util.spec_from_file_location("_numabench_harness_mempolicy", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -274,7 +274,7 @@ def _start(conn: socket.socket, listener: socket.socket, sel: selectors.BaseSele
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        print("usage: python forkserver.py SOCKET", file=sys.stderr)
+        print("usage: python server.py SOCKET", file=sys.stderr)
         sys.exit(2)
     try:
         sys.exit(serve(sys.argv[1]))
