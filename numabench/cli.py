@@ -34,7 +34,7 @@ from numabench.interrupts import Stopped, put_back, restore_interrupts, stop_on_
 from numabench.redact import redact_text
 from numabench.numerals import integer
 from numabench.gate.rule import DEFAULT_COARSEST, DEFAULT_THRESHOLD
-from numabench.gate.table import FORMATS
+from numabench.gate.formats import FORMAT_HELP, FORMATS
 
 DEFAULT_AB_PAIRS = 5  # numabench ab --pairs
 
@@ -712,8 +712,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--allow-foreign", action="store_true", help="compare runs from different hardware keys")
     p.add_argument("--changed-only", action="store_true", help="list only benchmarks whose verdict is not 'same'")
     p.add_argument("--format", choices=FORMATS, default="text",
-                   help="text (terminal), markdown (a CI job summary: changed entries unless --all), github "
-                        "(GitHub Actions annotations: an error per regression), json (for other CI systems)")
+                   help=f"{FORMAT_HELP}; markdown tables the changed entries unless --all")
     p.add_argument("--all", action="store_true", help="markdown: every entry, not only the changed ones")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("merge", help="join saved runs of one hardware key into one baseline run (an entry several "
@@ -812,8 +811,7 @@ def build_parser() -> OneLineParser:
                         "at its default; each head entry judged against the base entry of the same case (with BASE "
                         "the head's revision: an A/B of the setting)")
     p.add_argument("--format", choices=FORMATS, default="text",
-                   help="text (terminal), markdown (a CI job summary), github (GitHub Actions annotations: an "
-                        "error per slower entry), json (the A/B run as data)")
+                   help=FORMAT_HELP)
     p.add_argument("--json", default=None, metavar="PATH", help="also write the A/B run as JSON here")
     p.add_argument("--rejudge", default=None, metavar="SESSION",
                    help="judge a kept session (what --session-json wrote) again, measuring nothing: with --pairs, "

@@ -1,5 +1,5 @@
-"""An A/B run (numabench.ab.run.ABResult) as text (the terminal), Markdown (a CI job
-summary), GitHub Actions annotations and JSON (a machine-readable A/B run that
+"""An A/B run (numabench.ab.run.ABResult) in each of gate/formats.py's formats: text (the terminal),
+Markdown (a CI job summary), GitHub Actions annotations and JSON (a machine-readable A/B run that
 ``from_json`` reads back, for ``numabench ab --show`` and the results site).
 
 Every format leads with what changed: the counts first, then the entries sorted by ratio
@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from numabench.gate.rule import FASTER, SAME, SLOWER
-from numabench.gate.table import _escape_data, _escape_property, format_table
+from numabench.gate import formats
+from numabench.gate.formats import Renderers, escape_data, escape_property, format_table
 from numabench.ab.run import TIMINGS, ABResult, ABRow, Side
 from numabench.gate.pairs import INTERVAL, PAIR_RATIOS, UNRESOLVED
 
-FORMATS = ("text", "markdown", "github", "json")
 SCHEMA = "numabench-ab/1"  # the JSON's "schema": docs/GATE.md describes it
 RUN_KEY = "numabench_ab"  # a kept session's record of how its A/B ran (run_record)
 COUNT_ORDER = (SLOWER, FASTER, SAME, UNRESOLVED)
@@ -220,15 +220,15 @@ def render_github(res: ABResult) -> str:
     """GitHub Actions workflow commands: an error where the session was stopped before its end, an
     error per slower entry (slowest first), one warning naming the unresolved entries, a notice
     with the summary."""
-    lines = [f"::error title=numabench A/B stopped::{_escape_data(stopped_note(res))}"] if res.stopped_by else []
-    lines += [f"::error title={_escape_property('numabench A/B slower ' + r.name)}::{_escape_data(_describe(r, res))}"
+    lines = [f"::error title=numabench A/B stopped::{escape_data(stopped_note(res))}"] if res.stopped_by else []
+    lines += [f"::error title={escape_property('numabench A/B slower ' + r.name)}::{escape_data(_describe(r, res))}"
               for r in sorted_rows(res) if r.verdict == SLOWER]
     unresolved = [r for r in sorted_rows(res) if r.verdict == UNRESOLVED]
     if unresolved:
         text = (f"{len(unresolved)} entries unresolved, not judged (resolution coarser than {res.coarsest_pct:g}%): "
                 + ", ".join(f"{r.name} {_res(r.resolution_pct)}%" for r in unresolved))
-        lines.append(f"::warning title=numabench A/B unresolved::{_escape_data(text)}")
-    lines.append(f"::notice title=numabench A/B::{_escape_data('; '.join([headline(res), *summary_lines(res)]))}")
+        lines.append(f"::warning title=numabench A/B unresolved::{escape_data(text)}")
+    lines.append(f"::notice title=numabench A/B::{escape_data('; '.join([headline(res), *summary_lines(res)]))}")
     return "\n".join(lines) + "\n"
 
 
@@ -381,13 +381,9 @@ def _cpus(data: Any) -> list[list[int | None]] | None:
     return [list(p) for p in data]
 
 
+RENDERERS = Renderers(text=render_text, markdown=render_markdown, github=render_github, json=to_json)
+
+
 def render_as(res: ABResult, fmt: str) -> str:
-    if fmt == "text":
-        return render_text(res) + "\n"
-    if fmt == "markdown":
-        return render_markdown(res)
-    if fmt == "github":
-        return render_github(res)
-    if fmt == "json":
-        return json.dumps(to_json(res), indent=2) + "\n"
-    raise ValueError(f"unknown format {fmt!r}: allowed {', '.join(FORMATS)}")
+    """The A/B run in one of gate/formats.py's FORMATS."""
+    return formats.render_as(res, fmt, RENDERERS)

@@ -6,5 +6,6 @@
 - pairs.py: the same-runner A/B's rule: one entry judged by its pair ratios head/base
 - confirm.py: the session's gate: which entries re-run as confirmation, how the verdicts combine
 - pool.py: a run's invocations pooled into one entry with its invocation medians
-- table.py: the verdicts as text, Markdown, GitHub annotations, JSON, and extra_info["gate"]
+- formats.py: the output formats of every verdict (text, Markdown, GitHub annotations, JSON), one registry
+- table.py: the baseline gate's verdicts in those formats, and extra_info["gate"]
 """

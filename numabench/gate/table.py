@@ -1,16 +1,19 @@
-"""The gate's verdicts as text: the verdict table and summary lines (the terminal, the
+"""The baseline gate's verdicts in each of gate/formats.py's formats: the verdict table and summary lines (the terminal, the
 session's "numabench regression gate" section), Markdown (a job summary), GitHub Actions
 workflow commands (one annotation per regression), JSON (anything else), and the per-entry
 record a gated session writes into extra_info["gate"]. Library code does not print: each
 function returns text or lines."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
 from typing import Any, Sequence
 
+from numabench.gate import formats
 from numabench.gate.band import GateRule
+from numabench.gate.formats import Renderers, escape_data, escape_property, format_table
 from numabench.gate.rule import (
     CONFIRM_INVOCATIONS,
     FILL_COMMAND,
@@ -64,15 +67,6 @@ def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
                     _pct(r.beyond_band_pct), _plain(r.threshold_pct), _plain(r.detectable_pct), r.verdict_text,
                     r.confirmed_text))
     return out
-
-
-def format_table(header: Sequence[str], body: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> list[str]:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *body)]
-
-    def fmt(cells: Sequence[str]) -> str:
-        return "  ".join(str(c).ljust(w) if i in left else str(c).rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return [fmt(header), "  ".join("-" * w for w in widths), *(fmt(c) for c in body)]
 
 
 def rule_line(rule: GateRule) -> str:
@@ -145,9 +139,6 @@ def render(res: CompareResult, *, show: str = "all") -> str:
     return "\n".join(lines)
 
 
-FORMATS = ("text", "markdown", "github", "json")
-
-
 def render_markdown(res: CompareResult, *, show: str = "changed") -> str:
     """A Markdown summary: the verdict line, the table (``show``: all, or changed: every row
     that is not "same" and has a baseline entry: the entries without one are counted and named
@@ -191,14 +182,6 @@ def warnings(res: CompareResult) -> list[str]:
     return out
 
 
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def _describe(row: Row) -> str:
     band = row.band
     text = (f"{row.name}: {row.new_value * 1e3:.4g} ms, baseline band {band.low * 1e3:.4g}-{band.high * 1e3:.4g} ms "
@@ -214,16 +197,16 @@ def render_github(res: CompareResult) -> str:
     lines = []
     for row in res.rows:
         if row.regression:
-            lines.append(f"::error title={_escape_property('numabench regression ' + row.name)}::"
-                         f"{_escape_data(_describe(row))}")
+            lines.append(f"::error title={escape_property('numabench regression ' + row.name)}::"
+                         f"{escape_data(_describe(row))}")
         elif row.verdict == SLOWER:
-            lines.append(f"::warning title={_escape_property('numabench: not confirmed ' + row.name)}::"
-                         f"{_escape_data(_describe(row))}")
+            lines.append(f"::warning title={escape_property('numabench: not confirmed ' + row.name)}::"
+                         f"{escape_data(_describe(row))}")
     for warning in warnings(res):
         title = "numabench: other hardware" if warning.startswith("WARNING: the runs were measured on different") \
             else "numabench: not gated"
-        lines.append(f"::warning title={title}::{_escape_data(warning)}")
-    lines.append(f"::notice title=numabench gate::{_escape_data('; '.join(summary_lines(res)))}")
+        lines.append(f"::warning title={title}::{escape_data(warning)}")
+    lines.append(f"::notice title=numabench gate::{escape_data('; '.join(summary_lines(res)))}")
     return "\n".join(lines) + "\n"
 
 
@@ -261,20 +244,15 @@ def render_refusal(message: str, fmt: str) -> str | None:
     if fmt == "json":
         return json.dumps({"error": message, "exit_code": 2, "regressions": None, "entries": []}, indent=2) + "\n"
     if fmt == "github":
-        return f"::error title=numabench compare refused::{_escape_data(message)}\n"
+        return f"::error title=numabench compare refused::{escape_data(message)}\n"
     return None
 
 
 def render_as(res: CompareResult, fmt: str, *, show: str = "all") -> str:
-    if fmt == "text":
-        return render(res, show=show) + "\n"
-    if fmt == "markdown":
-        return render_markdown(res, show=show)
-    if fmt == "github":
-        return render_github(res)
-    if fmt == "json":
-        return json.dumps(to_json(res), indent=2) + "\n"
-    raise ValueError(f"unknown format {fmt!r}: allowed {', '.join(FORMATS)}")
+    """The comparison in one of gate/formats.py's FORMATS; ``show`` (all, changed) for text and Markdown."""
+    return formats.render_as(res, fmt, Renderers(text=functools.partial(render, show=show),
+                                                 markdown=functools.partial(render_markdown, show=show),
+                                                 github=render_github, json=to_json))
 
 
 def session_lines(res: CompareResult, confirm_invocations: int, *, verbose: bool) -> list[tuple[str, dict[str, bool]]]:
