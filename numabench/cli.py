@@ -34,9 +34,9 @@ from numabench.interrupts import Stopped, put_back, restore_interrupts, stop_on_
 from numabench.redact import redact_text
 from numabench.numerals import integer
 from numabench.gate.rule import DEFAULT_COARSEST, DEFAULT_THRESHOLD
+from numabench.ab import settings as ab_settings
 from numabench.gate.formats import FORMAT_HELP, FORMATS
 
-DEFAULT_AB_PAIRS = 5  # numabench ab --pairs
 
 
 class StdoutError(WriteError):
@@ -294,8 +294,7 @@ def _compare(ns: argparse.Namespace) -> int:
 
 
 def cmd_ab(ns: argparse.Namespace) -> int:
-    from numabench.gate.rule import parse_positive_pct, parse_threshold
-    from numabench.ab.run import parse_env, run_ab
+    from numabench.ab.run import run_ab
     from numabench.ab.formats import add_run_record, from_json, render_as, to_json
 
     if ns.show is not None:  # a saved A/B run, rendered again: nothing measured
@@ -314,32 +313,33 @@ def cmd_ab(ns: argparse.Namespace) -> int:
             raise UsageError(f"--show {ns.show}: {e}: allowed the JSON that numabench ab --json wrote") from None
         sys.stdout.write(render_as(res, ns.format))
         return res.exit_code
-    coarsest = parse_positive_pct(ns.coarsest, "--coarsest", "10%")
     if ns.rejudge is not None:
-        return rejudge_session(ns, coarsest)
+        return rejudge_session(ns)
     if ns.pair_ratio is not None:
         raise UsageError("--pair-ratio goes with --rejudge SESSION (a measured run judges each pair round by round)")
     if ns.base is None:
         raise UsageError("ab needs BASE (a git revision), --show FILE (a saved A/B run) or --rejudge SESSION (a kept "
                          "session)")
-    ns.pairs = DEFAULT_AB_PAIRS if ns.pairs is None else ns.pairs
+    settings = ab_settings.from_namespace(ns)
+    passes = ab_settings.passes(ns)  # --passes given where it cannot be: a usage error
+    settings = settings.resolved(bool(ns.head_axis))
     json_path = Path(ns.json) if ns.json else None
     session_path = Path(ns.session_json) if ns.session_json else None
     for option, path in (("--json", json_path), ("--session-json", session_path)):
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"{option} {path}: {path.parent} is not a folder: allowed a file in an existing folder")
-    if session_path is not None and (ns.interleave != "rounds" or ns.head_axis):
+    if session_path is not None and (settings.interleave != "rounds" or ns.head_axis):
         raise UsageError("--session-json keeps the rounds mode's session JSON: allowed with --interleave=rounds "
                          "and without --head-axis")
-    res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=ns.pairs,
-                 threshold_pct=parse_threshold(ns.threshold), confidence=ns.confidence, coarsest_pct=coarsest,
-                 base_env=parse_env(ns.base_env, "--base-env"), head_env=parse_env(ns.head_env, "--head-env"),
-                 progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True), interleave=ns.interleave,
-                 head_axis=ns.head_axis, session_json=session_path, max_pairs=ns.max_pairs,
-                 target_pct=parse_positive_pct(ns.target_resolution, "--target-resolution"),
-                 confirm_pairs=confirm_pairs(ns), workers=ns.workers, same_cpus=same_cpus(ns), passes=passes(ns),
-                 time_budget_s=None if ns.time_budget is None else parse_duration_s(ns.time_budget, "--time-budget"),
-                 confirm_confidence=ns.confirm_confidence)
+    res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=settings.pairs,
+                 threshold_pct=settings.threshold, confidence=settings.confidence, coarsest_pct=settings.coarsest,
+                 base_env=dict(settings.base_env), head_env=dict(settings.head_env),
+                 progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True),
+                 interleave=settings.interleave, head_axis=ns.head_axis, session_json=session_path,
+                 max_pairs=settings.max_pairs, target_pct=settings.target_resolution,
+                 confirm_pairs=settings.confirm_pairs, workers=settings.workers, same_cpus=settings.same_cpus,
+                 passes=passes, time_budget_s=settings.time_budget, confirm_confidence=settings.confirm_confidence,
+                 rewarm=settings.rewarm)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -358,17 +358,21 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     return res.exit_code
 
 
-def rejudge_session(ns: argparse.Namespace, coarsest: float) -> int:
+def rejudge_session(ns: argparse.Namespace) -> int:
     """numabench ab --rejudge SESSION: a kept session's verdicts again, nothing measured."""
-    from numabench.gate.rule import parse_threshold
     from numabench.ab.formats import render_as, to_json
     from numabench.ab.rejudge import rejudge
 
     measuring = [o for o, given in (("BASE", ns.base is not None), ("pytest arguments", bool(ns.pytest_args)),
                                     ("--session-json", ns.session_json), ("--base-env", ns.base_env),
                                     ("--head-env", ns.head_env), ("--head-axis", ns.head_axis),
-                                    ("--max-pairs", ns.max_pairs), ("--confirm-pairs", ns.confirm_pairs is not None),
-                                    ("--passes", ns.passes is not None), ("--time-budget", ns.time_budget))
+                                    ("--max-pairs", ns.max_pairs is not None),
+                                    ("--confirm-pairs", ns.confirm_pairs is not None),
+                                    ("--passes", ns.passes is not None), ("--time-budget", ns.time_budget),
+                                    ("--rewarm", ns.rewarm is not None), ("--workers", ns.workers is not None),
+                                    ("--same-cpus", ns.same_cpus is not None),
+                                    ("--target-resolution", ns.target_resolution is not None),
+                                    ("--interleave", ns.interleave is not None))
                  if given]
     if measuring:
         raise UsageError(f"--rejudge {ns.rejudge}: judges a kept session again, measuring nothing: allowed without "
@@ -383,9 +387,10 @@ def rejudge_session(ns: argparse.Namespace, coarsest: float) -> int:
     except ValueError as e:
         raise UsageError(f"--rejudge {ns.rejudge}: not JSON ({e}): allowed the JSON numabench ab --session-json "
                          "kept") from None
-    res = rejudge(run, ns.rejudge, pairs=ns.pairs, threshold_pct=parse_threshold(ns.threshold),
-                  confidence=ns.confidence, coarsest_pct=coarsest, pair_ratio=ns.pair_ratio or "rounds",
-                  confirm_confidence=ns.confirm_confidence)
+    settings = ab_settings.from_namespace(ns)  # --pairs: each entry's first this many; not given: every pair
+    res = rejudge(run, ns.rejudge, pairs=None if ns.pairs is None else settings.pairs,
+                  threshold_pct=settings.threshold, confidence=settings.confidence, coarsest_pct=settings.coarsest,
+                  pair_ratio=ns.pair_ratio or "rounds", confirm_confidence=settings.confirm_confidence)
     if ns.json:
         try:
             Path(ns.json).write_text(json.dumps(to_json(res), indent=2) + "\n")
@@ -393,51 +398,6 @@ def rejudge_session(ns: argparse.Namespace, coarsest: float) -> int:
             raise UsageError(f"--json {ns.json}: {e.strerror}") from None
     sys.stdout.write(render_as(res, ns.format))
     return res.exit_code
-
-
-def confirm_pairs(ns: argparse.Namespace) -> int:
-    """numabench ab's confirming pairs: --confirm-pairs, by default as many as --pairs in the rounds
-    mode (the invocations mode and --head-axis have none)."""
-    if ns.confirm_pairs is not None:
-        return ns.confirm_pairs
-    return ns.pairs if ns.interleave == "rounds" and not ns.head_axis else 0
-
-
-def same_cpus(ns: argparse.Namespace) -> bool:
-    """numabench ab's --same-cpus: as given, by default on in the rounds mode without --head-axis.
-    Without it a side's fresh workers land on CPUs of their own (near their fork server), and a
-    family that steps on one or two threads reads the CPUs' difference as the sides' (an A/A on
-    H200 x1 judged pinned_alloc faster at 0.80 that way)."""
-    if ns.same_cpus is not None:
-        return ns.same_cpus
-    return ns.interleave == "rounds" and not ns.head_axis
-
-
-def parse_duration_s(text: str, option: str) -> float:
-    """'900', '900s', '15m' or '1h' -> seconds; UsageError naming ``option`` otherwise."""
-    raw = text.strip().lower()
-    scale = {"s": 1, "m": 60, "h": 3600}.get(raw[-1:], None)
-    try:
-        value = float(raw[:-1] if scale else raw) * (scale or 1)
-    except ValueError:
-        value = float("nan")
-    if not (value > 0 and value < float("inf")):
-        raise UsageError(f"{option} {text}: allowed a time > 0 in seconds or with a unit: 900, 900s, 15m, 1h")
-    return value
-
-
-def passes(ns: argparse.Namespace) -> bool:
-    """numabench ab's --passes: as given, by default on in the rounds mode without --head-axis. Pairs
-    of one worker run taken back to back share the minute they ran in: on the lent GPU VMs an
-    entry whose step allocates moved by a few percent from minute to minute, fresh workers and fork
-    servers alike, and an A/A on H200 x1 judged cpu_adam's torch-foreach slower at 1.042 on 6 such
-    pairs (docs/GATE.md)."""
-    if ns.passes is not None:
-        if ns.passes and (ns.interleave != "rounds" or ns.head_axis):
-            raise UsageError("--passes runs the rounds mode's session once per pair: allowed with "
-                             "--interleave=rounds and without --head-axis")
-        return ns.passes
-    return ns.interleave == "rounds" and not ns.head_axis
 
 
 def cmd_plan(ns: argparse.Namespace) -> int:
@@ -450,20 +410,21 @@ def cmd_plan(ns: argparse.Namespace) -> int:
             raise UsageError("--ab-pairs goes with a plan of benchmarks, not with --list")
         return plan_list(ns)
     pairs = None if ns.ab_pairs is None else parse_ab_pairs(ns.ab_pairs)
-    if pairs is None and ns.ab_workers != "forked":
+    if pairs is None and ns.ab_workers is not None:
         raise UsageError(f"--ab-workers {ns.ab_workers} goes with --ab-pairs N (the plan of numabench ab)")
-    if pairs is None and not ns.ab_passes:
+    if pairs is None and ns.ab_passes is False:
         raise UsageError("--no-ab-passes goes with --ab-pairs N (the plan of numabench ab)")
+    ns.ab_workers = ns.ab_workers or ab_settings.DEFAULTS.workers
+    ns.ab_passes = ab_settings.DEFAULTS.resolved().passes if ns.ab_passes is None else ns.ab_passes
     args = ns.pytest_args or ["benchmarks"]
-    # the A/B's own option: its session has a base, this plan's collection none
-    rewarm = pairs is not None and "--numa-ab-no-rewarm" not in args
-    args = [a for a in args if not (pairs is not None and a == "--numa-ab-no-rewarm")]
+    if pairs is None and (ns.ab_rewarm is not None or ns.ab_max_pairs is not None):
+        raise UsageError(f"{'--ab-max-pairs' if ns.ab_max_pairs is not None else '--no-ab-rewarm'} goes with "
+                         "--ab-pairs N (the plan of numabench ab)")
+    settings = ab_settings.from_namespace(ns, ("workers", "passes", "rewarm", "max_pairs"), prefix="ab_")
+    rewarm = settings.rewarm
     if pairs is not None and ns.ab_workers == "forked" and "--numa-forkserver" not in args:
         args.append("--numa-forkserver")  # numabench ab's default: the plan of its session
-    most = 0
-    if pairs is not None:  # --numa-ab-max-pairs M: the upper figure, where every worker run takes M pairs
-        args, text = take_option(args, "--numa-ab-max-pairs")
-        most = 0 if text is None else parse_ab_pairs(text, "--numa-ab-max-pairs")
+    most = settings.max_pairs  # the upper figure, where every worker run takes that many pairs
     with tempfile.TemporaryDirectory(prefix="numabench-plan-") as tmp:
         figures = Path(tmp) / "plan.json"
         env = {**os.environ, "NUMABENCH_PLAN_JSON": str(figures)} if pairs else None
@@ -758,54 +719,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("base", nargs="?", default=None, help="base revision (any git revision)")
     p.add_argument("head", nargs="?", default=None,
                    help="head revision (default: the working tree as it is, uncommitted changes included)")
-    p.add_argument("--pairs", type=int, default=None,
-                   help=f"base/head pairs: fresh workers of both sides per pair (default {DEFAULT_AB_PAIRS}); with "
-                        "--rejudge: judge each entry's first this many (default: every pair it has)")
-    p.add_argument("--max-pairs", type=int, default=0, metavar="M",
-                   help="rounds mode: a worker run whose first --pairs pairs are too spread for its entries to reach "
-                        "--target-resolution runs as many further pairs as that needs, up to M in all (Stein's "
-                        "two-stage rule; default 0: none)")
-    p.add_argument("--target-resolution", default="3%", metavar="PCT",
-                   help="with --max-pairs or --time-budget: the resolution a worker run's entries are to reach "
-                        "(default 3%%)")
-    p.add_argument("--time-budget", default=None, metavar="DURATION",
-                   help="in passes: after the first --pairs passes, further pairs (Stein's rule, up to --max-pairs "
-                        "where given) for the worker runs where they bring the most entries within --coarsest and "
-                        "--target-resolution per second, as long as the measuring fits DURATION (900, 900s, 15m, "
-                        "1h); confirming pairs come after it")
-    p.add_argument("--confirm-pairs", type=int, default=None, metavar="N",
-                   help="rounds mode: a worker run whose pairs judge an entry slower or faster runs N further pairs "
-                        "of fresh workers, and its entries are judged on all of them (default: as many as --pairs; "
-                        "0: none)")
-    p.add_argument("--workers", choices=("forked", "exec"), default="forked",
-                   help="rounds mode: each side's workers forked from a server that imported the side's code once "
-                        "(default), or each started as a fresh interpreter (exec)")
-    p.add_argument("--same-cpus", action=argparse.BooleanOptionalAction, default=None,
-                   help="rounds mode: each rank of a family whose step runs on few threads (pinned_alloc, transfer, "
-                        "touch) runs on that many CPUs, the same ones for both sides of a pair and others for the "
-                        "next (default in rounds mode without --head-axis); --no-same-cpus: wherever the OS puts "
-                        "each fresh worker")
-    p.add_argument("--passes", action=argparse.BooleanOptionalAction, default=None,
-                   help="rounds mode: pair p of every worker run in a pytest session of its own, pass p (further "
-                        "and confirming pairs passes too), so that an entry's pairs lie a pass apart and their "
-                        "spread counts what moves from minute to minute (default in rounds mode without "
-                        "--head-axis); --no-passes: all pairs of a worker run back to back in one session "
-                        "(one session's start instead of one per pass)")
-    p.add_argument("--interleave", choices=("rounds", "invocations"), default="rounds",
-                   help="rounds (default): sessions of the head (one a pass, --passes), every case timed by both "
-                        "sides' workers, rounds alternating; invocations: whole pytest invocations of each side in ABBA order "
-                        "(each side's own harness too: for changes to the worker contract)")
-    p.add_argument("--threshold", default="1%", help="smallest ratio that counts (default 1%%)")
-    p.add_argument("--confidence", type=float, default=0.95, help="of the t-interval on log ratios (default 0.95)")
-    p.add_argument("--confirm-confidence", type=float, default=None, metavar="C",
-                   help="of the interval of an entry whose worker run took confirming pairs, judged on all its "
-                        "pairs, its first ones chosen because they looked changed among them (default: half the "
-                        "error of --confidence, 0.975 at 0.95)")
-    p.add_argument("--coarsest", default=DEFAULT_COARSEST,
-                   help="an entry whose resolution (the interval's relative half-width) is coarser than this is "
-                        f"unresolved, not same (default {DEFAULT_COARSEST.replace('%', '%%')})")
-    p.add_argument("--base-env", action="append", metavar="NAME=VALUE", help="environment for base runs")
-    p.add_argument("--head-env", action="append", metavar="NAME=VALUE", help="environment for head runs")
+    ab_settings.add_arguments(p)  # every A/B setting, its default and help: numabench.ab.settings
     p.add_argument("--head-axis", default=None, metavar="KNOB=VALUE",
                    help="head runs with this knob value (e.g. place=master:bind:0+grads:bind:0+moments:bind:0), base "
                         "at its default; each head entry judged against the base entry of the same case (with BASE "
@@ -838,11 +752,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--list", action="store_true", help="list the families (each Family's description and needs)")
     p.add_argument("--ab-pairs", default=None, metavar="N",
                    help="also estimate numabench ab of this selection with N pairs: two builds and 2N invocations")
-    p.add_argument("--ab-workers", choices=("forked", "exec"), default="forked",
-                   help="with --ab-pairs: as numabench ab --workers (default forked: the plan with --numa-forkserver)")
-    p.add_argument("--ab-passes", action=argparse.BooleanOptionalAction, default=True,
-                   help="with --ab-pairs: as numabench ab --passes (default: a session per pair; --no-ab-passes: one "
-                        "session)")
+    # with --ab-pairs: as numabench ab's own (numabench.ab.settings), prefixed
+    ab_settings.add_arguments(p, ("workers", "passes", "rewarm", "max_pairs"), prefix="ab-")
     p.add_argument("--markdown", action="store_true", help="with --list: the README's family table (Markdown)")
     p.add_argument("--readme", default=None, metavar="FILE",
                    help="with --list: rewrite the family table of FILE (README.md) from the families")
@@ -882,18 +793,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "ab" and "--" in argv:  # what follows -- selects the benchmarks
         cut = argv.index("--")
         argv, pytest_args = argv[:cut], argv[cut + 1:]
-    ab_pairs = ab_workers = ab_passes = None
-    if argv and argv[0] == "plan":  # --ab-pairs N, --ab-workers W, --[no-]ab-passes are plan's own wherever they stand
+    ab_pairs = ab_workers = ab_passes = ab_rewarm = ab_max_pairs = None
+    if argv and argv[0] == "plan":  # plan's --ab-* options are its own wherever they stand (the rest goes to pytest)
         for flag, value in (("--ab-passes", True), ("--no-ab-passes", False)):
             if flag in argv:
                 argv, ab_passes = [a for a in argv if a != flag], value
+        for flag, value in (("--ab-rewarm", True), ("--no-ab-rewarm", False)):
+            if flag in argv:
+                argv, ab_rewarm = [a for a in argv if a != flag], value
         try:
             argv, ab_pairs = take_ab_pairs(argv)
             argv, ab_workers = take_option(argv, "--ab-workers")
+            argv, ab_max_pairs = take_option(argv, "--ab-max-pairs")
         except UsageError as e:
             parser.error(str(e))
-        if ab_workers not in (None, "forked", "exec"):
-            parser.error(f"--ab-workers {ab_workers}: allowed forked, exec")
+        if ab_workers not in (None, *ab_settings.WORKERS):
+            parser.error(f"--ab-workers {ab_workers}: allowed {', '.join(ab_settings.WORKERS)}")
     if (argv and argv[0] == "plan" and not {"-h", "--help"} & set(argv[1:2])
             and not any(a.split("=", 1)[0] in PLAN_OWN_OPTIONS for a in argv[1:])):
         argv, pytest_args = argv[:1], argv[1:]  # everything after plan goes to pytest
@@ -906,6 +821,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ns.ab_workers = ab_workers
     if ab_passes is not None:
         ns.ab_passes = ab_passes
+    if ab_rewarm is not None:
+        ns.ab_rewarm = ab_rewarm
+    if ab_max_pairs is not None:
+        ns.ab_max_pairs = ab_max_pairs
     stdout = sys.stdout
     sys.stdout = GuardedStdout(stdout)
     # SIGTERM and SIGHUP as well as Ctrl-C end a command through its finally blocks: ab's

@@ -310,7 +310,7 @@ def test_a_vm_whose_memory_grew_while_measuring_is_named(repo, monkeypatch, tota
     assert from_json(data).mem_total_gib is None
 
 
-@pytest.mark.parametrize("arg", ["--numa-repeats=3", "--numa-ab-base=/x", "--benchmark-compare"])
+@pytest.mark.parametrize("arg", ["--numa-repeats=3", "--numa-ab=base=/x", "--benchmark-compare"])
 def test_run_ab_refuses_the_options_it_sets_itself(repo, arg):
     with pytest.raises(UsageError, match=f"pytest argument {arg}: numabench ab sets it"):
         run_ab("HEAD~1", "HEAD", ["benchmarks", arg], pairs=2, cwd=repo, build_side=lambda s: "")

@@ -1,6 +1,6 @@
-"""Confirming pairs (numabench ab --confirm-pairs, --numa-ab-confirm): a worker run whose first
+"""Confirming pairs (numabench ab --confirm-pairs, --numa-ab confirm_pairs=N): a worker run whose first
 pairs judge an entry slower or faster takes as many fresh pairs more, and its entries are judged on
-all of them. Which entries a run's pairs judge changed (fixtures.ab_sides.changed_entries), how
+all of them. Which entries a run's pairs judge changed (numabench.ab.extend.changed_entries), how
 such entries are read back and judged (numabench.ab.run), that confirming cuts an A/A's false
 verdicts about tenfold while a real 5% change is still caught about as often (synthetic pairs,
 seeded), what numabench ab asks of its session, and a session that confirms end to end on the CPU."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.ab_sides import changed_entries
+from numabench.ab.extend import changed_entries
 from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.ab.run import judge_measured, run_ab
@@ -157,7 +157,7 @@ def test_run_ab_asks_its_session_for_confirming_pairs_and_forked_workers(repo): 
 
     res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "",
                  invoke_both=invoke_both, confirm_pairs=3, threshold_pct=2.0)
-    assert seen[-1] == ["benchmarks", "--numa-ab-confirm=3", "--numa-ab-threshold=2%", "--numa-ab-confidence=0.95",
+    assert seen[-1] == ["benchmarks", "--numa-ab=confirm_pairs=3", "--numa-ab=threshold=2%", "--numa-ab=confidence=0.95",
                         "--numa-forkserver"]
     (row,) = res.rows
     assert (res.confirm_pairs, res.workers, row.confirmation_pairs, len(row.base_s)) == (3, "forked", 3, 6)
@@ -170,7 +170,7 @@ def test_run_ab_asks_its_session_for_confirming_pairs_and_forked_workers(repo): 
     assert seen[-1] == ["benchmarks"]
     same = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "",
                   invoke_both=invoke_both, workers="exec", same_cpus=True)
-    assert seen[-1] == ["benchmarks", "--numa-ab-same-cpus"]
+    assert seen[-1] == ["benchmarks", "--numa-ab=same_cpus=1"]
     assert from_json(json.loads(json.dumps(to_json(same)))).same_cpus and not again.same_cpus
     assert "both sides of a pair on the same CPUs" in render_text(same)
     for kwargs, message in (({"confirm_pairs": 1}, "--confirm-pairs 1: allowed 0"),
@@ -179,7 +179,7 @@ def test_run_ab_asks_its_session_for_confirming_pairs_and_forked_workers(repo): 
                             ({"same_cpus": True, "interleave": "invocations"}, "--same-cpus binds both sides")):
         with pytest.raises(UsageError, match=message):
             run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", **kwargs)
-    for taken in ("--numa-ab-confirm=2", "--numa-forkserver", "--numa-ab-same-cpus"):
+    for taken in ("--numa-ab=confirm_pairs=2", "--numa-forkserver", "--numa-ab=same_cpus=1"):
         with pytest.raises(UsageError, match="numabench ab sets it"):
             run_ab("HEAD~1", "HEAD", ["benchmarks", taken], pairs=3, cwd=repo, build_side=lambda s: "")
 
@@ -191,8 +191,8 @@ def test_a_session_confirms_a_changed_run_with_fresh_pairs(tmp_path, threshold, 
     busy neighbour making the head's 1 ms several times slower in one of them), which then takes
     two fresh ones."""
     out = tmp_path / "ab.json"
-    proc = subprocess.run([*SESSION, "--numa-repeats=3", f"--numa-ab-base={slow_base(tmp_path)}",
-                           "--numa-ab-confirm=2", f"--numa-ab-threshold={threshold}", f"--benchmark-json={out}"],
+    proc = subprocess.run([*SESSION, "--numa-repeats=3", f"--numa-ab=base={slow_base(tmp_path)}",
+                           "--numa-ab=confirm_pairs=2", f"--numa-ab=threshold={threshold}", f"--benchmark-json={out}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (entry,) = json.loads(out.read_text())["benchmarks"]
@@ -225,8 +225,8 @@ def test_confirming_pairs_fork_from_fresh_servers(tmp_path, threshold, servers):
     base = patched_base(tmp_path, "        ctypes.memset(self.addr, value, self.nbytes)\n",
                         f"        time.sleep({SLEEP_S})\n"
                         f"        open({str(parents)!r}, 'a').write(f'{{__import__(\"os\").getppid()}}\\n')\n")
-    proc = subprocess.run([*SESSION, "--numa-repeats=3", f"--numa-ab-base={base}", "--numa-forkserver",
-                           "--numa-ab-confirm=2", f"--numa-ab-threshold={threshold}"],
+    proc = subprocess.run([*SESSION, "--numa-repeats=3", f"--numa-ab=base={base}", "--numa-forkserver",
+                           "--numa-ab=confirm_pairs=2", f"--numa-ab=threshold={threshold}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     seen = parents.read_text().split()
@@ -238,17 +238,17 @@ def test_confirming_pairs_fork_from_fresh_servers(tmp_path, threshold, servers):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--numa-ab-confirm=1"], "--numa-ab-confirm 1: allowed 0"),
-    (["--numa-ab-confirm=2", "--numa-ab-threshold=-1%"], "--numa-ab-threshold -1%: allowed a percentage >= 0"),
+    (["--numa-ab=confirm_pairs=1"], "--numa-ab confirm_pairs=1: allowed 0"),
+    (["--numa-ab=confirm_pairs=2", "--numa-ab=threshold=-1%"], "--numa-ab threshold=-1%: allowed a percentage >= 0"),
 ], ids=["one-pair", "threshold"])
 def test_bad_confirm_options_are_usage_errors(args, message):
-    proc = collected_with(f"--numa-ab-base={ROOT}", *args)
+    proc = collected_with(f"--numa-ab=base={ROOT}", *args)
     assert proc.returncode == 4 and message in proc.stderr, proc.stderr[-2000:]
 
 
 def test_confirming_needs_a_base():
-    proc = collected_with("--numa-ab-confirm=2")
-    assert proc.returncode == 4 and "--numa-ab-confirm needs --numa-ab-base=CHECKOUT" in proc.stderr
+    proc = collected_with("--numa-ab=confirm_pairs=2")
+    assert proc.returncode == 4 and "--numa-ab: allowed with base=CHECKOUT" in proc.stderr
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -258,29 +258,27 @@ def test_confirming_needs_a_base():
     (["ab", "HEAD~1", "--pairs", "4", "--interleave", "invocations"], 0),
 ], ids=["as-many-as-pairs", "off", "given", "invocations-none"])
 def test_numabench_ab_confirms_with_as_many_pairs_as_it_measured_by_default(argv, expected):
-    from numabench.cli import build_parser, confirm_pairs
+    from numabench.cli import build_parser
+    from numabench.ab.settings import confirm_pairs, from_namespace
 
     ns = build_parser().parse_args(argv)
-    assert confirm_pairs(ns) == expected and ns.workers == "forked"
+    assert confirm_pairs(ns) == expected and from_namespace(ns).workers == "forked"
 
 
 def test_a_head_older_than_the_options_is_told_what_to_run_instead(tmp_path):
-    """A head checkout whose pytest knows the A/B session but not confirming pairs or fork servers."""
+    """A head checkout whose pytest knows the A/B session but not fork servers."""
     from numabench.ab.run import Side, invoke_interleaved
 
     head = tmp_path / "head"
     head.mkdir()
     (head / "conftest.py").write_text(
         "def pytest_addoption(parser):\n"
-        "    for name in ('--numa-repeats', '--numa-ab-base'):\n"
-        "        parser.addoption(name)\n"
-        "    for name in ('--numa-ab-base-env', '--numa-ab-head-env'):\n"
-        "        parser.addoption(name, action='append', default=[])\n")
+        "    parser.addoption('--numa-repeats')\n"
+        "    parser.addoption('--numa-ab', action='append', default=[])\n")
     side = Side("old", None, head, {})
-    with pytest.raises(UsageError, match=r"the head \(old\) predates --numa-ab-confirm and --numa-forkserver, which "
-                                         r"numabench ab runs its session with: allowed --confirm-pairs 0 --workers "
-                                         r"exec for it"):
-        invoke_interleaved(side, side, ["--numa-ab-confirm=2", "--numa-ab-threshold=1%", "--numa-forkserver"], 2,
+    with pytest.raises(UsageError, match=r"the head \(old\) predates --numa-forkserver, which numabench ab runs its "
+                                         r"session with: allowed --workers exec for it"):
+        invoke_interleaved(side, side, ["--numa-ab=confirm_pairs=2", "--numa-ab=threshold=1%", "--numa-forkserver"], 2,
                            tmp_path / "ab.json")
 
 
@@ -291,7 +289,8 @@ def test_a_head_older_than_the_options_is_told_what_to_run_instead(tmp_path):
 def test_numabench_ab_runs_both_sides_on_the_same_cpus_by_default_in_rounds_mode(args, expected):
     # fresh workers of one side land near their fork server, on CPUs of their own: an A/A read
     # that difference as the sides' (pinned_alloc judged faster), so rounds mode binds by default
-    from numabench.cli import build_parser, same_cpus
+    from numabench.cli import build_parser
+    from numabench.ab.settings import same_cpus
     assert same_cpus(build_parser().parse_args(["ab", "HEAD", *args])) is expected
 
 

@@ -1,5 +1,5 @@
-"""Further pairs where an entry is too wide (--numa-ab-max-pairs, numabench ab --max-pairs, Stein's
-two-stage rule): how many a worker run takes (fixtures.ab_sides.pairs_wanted), how entries with
+"""Further pairs where an entry is too wide (--numa-ab max_pairs=M, numabench ab --max-pairs, Stein's
+two-stage rule): how many a worker run takes (numabench.ab.extend.pairs_wanted), how entries with
 more pairs than others are read and judged (numabench.ab.run), that the rule keeps an A/A's
 false verdicts at the interval's confidence where stopping on the running width does not
 (synthetic pairs, seeded), and a session that takes them end to end on the CPU (touch: targets
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.ab_sides import pairs_wanted
+from numabench.ab.extend import pairs_wanted
 from numabench.cases import Case, CaseResult
 from numabench.errors import UsageError
 from numabench.numa.policy import Policy
@@ -88,7 +88,7 @@ def test_run_ab_asks_the_session_for_further_pairs_only_when_allowed(repo):  # n
 
     res = run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "",
                  invoke_both=invoke_both, max_pairs=8, target_pct=2.0, workers="exec")
-    assert seen[-1] == ["benchmarks", "--numa-ab-max-pairs=8", "--numa-ab-target=2%", "--numa-ab-confidence=0.95"]
+    assert seen[-1] == ["benchmarks", "--numa-ab=max_pairs=8", "--numa-ab=target_resolution=2%", "--numa-ab=confidence=0.95"]
     assert res.selection == ["benchmarks"] and (res.max_pairs, res.target_pct) == (8, 2.0)
     assert [len(r.base_s) for r in res.rows] == [5] and res.rows[0].verdict == SLOWER
     run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", invoke_both=invoke_both,
@@ -99,14 +99,14 @@ def test_run_ab_asks_the_session_for_further_pairs_only_when_allowed(repo):  # n
         with pytest.raises(UsageError, match=message):
             run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", **kwargs)
     with pytest.raises(UsageError, match="numabench ab sets it"):
-        run_ab("HEAD~1", "HEAD", ["benchmarks", "--numa-ab-max-pairs=9"], pairs=3, cwd=repo, build_side=lambda s: "")
+        run_ab("HEAD~1", "HEAD", ["benchmarks", "--numa-ab=max_pairs=9"], pairs=3, cwd=repo, build_side=lambda s: "")
 
 
 @pytest.mark.parametrize("target, pairs", [("0.00001%", 3), ("1e12%", 2)], ids=["never-met", "met-at-once"])
 def test_a_session_takes_further_pairs_while_the_target_is_not_met(tmp_path, target, pairs):
     out = tmp_path / "ab.json"
-    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={ROOT}", "--numa-ab-max-pairs=3",
-                           f"--numa-ab-target={target}", f"--benchmark-json={out}"],
+    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab=base={ROOT}", "--numa-ab=max_pairs=3",
+                           f"--numa-ab=target_resolution={target}", f"--benchmark-json={out}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (entry,) = json.loads(out.read_text())["benchmarks"]
@@ -115,16 +115,16 @@ def test_a_session_takes_further_pairs_while_the_target_is_not_met(tmp_path, tar
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--numa-ab-max-pairs=1"], "--numa-ab-max-pairs 1: allowed 0"),
-    (["--numa-ab-max-pairs=x"], "--numa-ab-max-pairs x: allowed 0"),
-    (["--numa-ab-max-pairs=4", "--numa-ab-target=0%"], "--numa-ab-target 0%: allowed a percentage > 0"),
-    (["--numa-ab-max-pairs=4", "--numa-ab-confidence=1.5"], "--numa-ab-confidence 1.5: allowed a number between"),
+    (["--numa-ab=max_pairs=1"], "--numa-ab max_pairs=1: allowed 0"),
+    (["--numa-ab=max_pairs=x"], "--numa-ab max_pairs=x: allowed 0"),
+    (["--numa-ab=max_pairs=4", "--numa-ab=target_resolution=0%"], "--numa-ab target_resolution=0%: allowed a percentage > 0"),
+    (["--numa-ab=max_pairs=4", "--numa-ab=confidence=1.5"], "--numa-ab confidence=1.5: allowed a number between"),
 ], ids=["too-few", "not-a-number", "zero-target", "confidence"])
 def test_bad_further_pair_options_are_usage_errors(args, message):
-    proc = collected_with(f"--numa-ab-base={ROOT}", *args)
+    proc = collected_with(f"--numa-ab=base={ROOT}", *args)
     assert proc.returncode == 4 and message in proc.stderr, proc.stderr[-2000:]
 
 
 def test_further_pairs_need_a_base():
-    proc = collected_with("--numa-ab-max-pairs=4")
-    assert proc.returncode == 4 and "--numa-ab-max-pairs needs --numa-ab-base=CHECKOUT" in proc.stderr
+    proc = collected_with("--numa-ab=max_pairs=4")
+    assert proc.returncode == 4 and "--numa-ab: allowed with base=CHECKOUT" in proc.stderr

@@ -1,6 +1,6 @@
 """numabench ab's pairs in passes (numabench.ab.passes): pass p is a session of its own
 that times pair p of every worker run; further and confirming pairs are passes over only the
-worker runs that need them (--numa-ab-runs-of), numbered on (--numa-ab-pair). With a fake
+worker runs that need them (--numa-ab runs_of=FILE), numbered on (--numa-ab pair=N). With a fake
 session (what each pass was asked and what it measured), the merge of the passes (pairs, CPUs,
 the kept session JSON that --rejudge reads), a stop between passes, and the session options end
 to end on the CPU."""
@@ -49,8 +49,8 @@ class FakeSessions:
 
     def __call__(self, base, head, pytest_args, pairs, json_path: Path) -> dict:
         assert pairs == 1  # one pair of each worker run per pass
-        pair = int(next(a for a in pytest_args if a.startswith("--numa-ab-pair=")).split("=")[1])
-        listing = next((a.split("=", 1)[1] for a in pytest_args if a.startswith("--numa-ab-runs-of=")), None)
+        pair = int(next(a for a in pytest_args if a.startswith("--numa-ab=pair=")).split("=")[-1])
+        listing = next((a.split("=", 2)[2] for a in pytest_args if a.startswith("--numa-ab=runs_of=")), None)
         listed = Path(listing).read_text().split() if listing else None
         self.asked.append((pair, listed))
         runs = {RUN_OF[n] for n in listed} if listed else set(RUN_OF.values())
@@ -188,13 +188,13 @@ def test_run_ab_takes_a_time_budget_in_passes_only(tmp_path, repo):  # noqa: F81
 
 @pytest.mark.parametrize("text, seconds", [("900", 900.0), ("900s", 900.0), ("15m", 900.0), ("1h", 3600.0)])
 def test_time_budget_durations(text, seconds):
-    from numabench.cli import parse_duration_s
+    from numabench.ab.settings import parse_duration_s
     assert parse_duration_s(text, "--time-budget") == seconds
 
 
 @pytest.mark.parametrize("text", ["0", "-5m", "15min", "m", "inf"])
 def test_bad_time_budgets_are_usage_errors(text):
-    from numabench.cli import parse_duration_s
+    from numabench.ab.settings import parse_duration_s
     with pytest.raises(UsageError, match=f"--time-budget {text}: allowed a time > 0"):
         parse_duration_s(text, "--time-budget")
 
@@ -237,7 +237,7 @@ def test_run_ab_refuses_passes_where_there_is_no_session_per_pair(repo):  # noqa
         with pytest.raises(UsageError, match="--passes runs the rounds mode's session once per pair"):
             run_ab("HEAD~1", "HEAD", ["benchmarks"], pairs=3, cwd=repo, build_side=lambda s: "", passes=True,
                    **kwargs)
-    for taken in ("--numa-ab-pair=2", "--numa-ab-runs-of=x.txt"):
+    for taken in ("--numa-ab=pair=2", "--numa-ab=runs_of=x.txt"):
         with pytest.raises(UsageError, match="numabench ab sets it"):
             run_ab("HEAD~1", "HEAD", ["benchmarks", taken], pairs=3, cwd=repo, build_side=lambda s: "")
 
@@ -247,12 +247,14 @@ def test_run_ab_refuses_passes_where_there_is_no_session_per_pair(repo):  # noqa
     (["--interleave", "invocations"], False), (["--head-axis", "place=master:bind:0"], False),
 ], ids=["default", "no-passes", "passes", "invocations", "head-axis"])
 def test_numabench_ab_takes_its_pairs_in_passes_by_default_in_rounds_mode(args, expected):
-    from numabench.cli import build_parser, passes
+    from numabench.cli import build_parser
+    from numabench.ab.settings import passes
     assert passes(build_parser().parse_args(["ab", "HEAD", *args])) is expected
 
 
 def test_numabench_ab_refuses_passes_with_whole_invocations():
-    from numabench.cli import build_parser, passes
+    from numabench.cli import build_parser
+    from numabench.ab.settings import passes
     with pytest.raises(UsageError, match="--passes runs the rounds mode's session once per pair"):
         passes(build_parser().parse_args(["ab", "HEAD", "--passes", "--interleave", "invocations"]))
 
@@ -265,7 +267,7 @@ def test_runs_of_keeps_every_entry_of_the_listed_entries_worker_runs(tmp_path):
     touch's run is deselected."""
     listing = tmp_path / "runs-of.txt"
     listing.write_text("benchmarks/test_host_membw.py::test_host_membw[time-np1-1M-default-fp32-copy]\n")
-    proc = subprocess.run([*TWO_FAMILIES, f"--numa-ab-base={ROOT}", f"--numa-ab-runs-of={listing}",
+    proc = subprocess.run([*TWO_FAMILIES, f"--numa-ab=base={ROOT}", f"--numa-ab=runs_of={listing}",
                            "--collect-only"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ids = sorted(ln for ln in proc.stdout.splitlines() if "::" in ln)
@@ -275,10 +277,10 @@ def test_runs_of_keeps_every_entry_of_the_listed_entries_worker_runs(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--numa-ab-pair=1"], "--numa-ab-pair needs --numa-ab-base=CHECKOUT"),
-    (["--numa-ab-runs-of=x.txt"], "--numa-ab-runs-of needs --numa-ab-base=CHECKOUT"),
-    ([f"--numa-ab-base={ROOT}", "--numa-ab-pair=-1"], "--numa-ab-pair -1: allowed a whole number >= 0"),
-    ([f"--numa-ab-base={ROOT}", "--numa-ab-runs-of=/nonexistent/list"], "--numa-ab-runs-of /nonexistent/list: "),
+    (["--numa-ab=pair=1"], "--numa-ab: allowed with base=CHECKOUT"),
+    (["--numa-ab=runs_of=x.txt"], "--numa-ab: allowed with base=CHECKOUT"),
+    ([f"--numa-ab=base={ROOT}", "--numa-ab=pair=-1"], "--numa-ab pair=-1: allowed a whole number >= 0"),
+    ([f"--numa-ab=base={ROOT}", "--numa-ab=runs_of=/nonexistent/list"], "--numa-ab runs_of=/nonexistent/list: "),
 ], ids=["pair-without-base", "runs-of-without-base", "negative-pair", "missing-list"])
 def test_bad_pass_options_are_usage_errors(args, message):
     proc = subprocess.run([*SESSION, *args, "--collect-only"], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -286,7 +288,7 @@ def test_bad_pass_options_are_usage_errors(args, message):
 
 
 def test_a_pass_s_pair_number_picks_the_pair_s_cpus(tmp_path):
-    """--numa-ab-pair=1 with --numa-ab-same-cpus: the session's one pair runs on pair 1's CPU, as
+    """--numa-ab pair=1 with same_cpus=1: the session's one pair runs on pair 1's CPU, as
     the second pair of a session of two would."""
     from numabench.cases import Case
     from numabench.families import family
@@ -295,8 +297,8 @@ def test_a_pass_s_pair_number_picks_the_pair_s_cpus(tmp_path):
     from numabench.numa.policy import parse_policies
 
     out = tmp_path / "ab.json"
-    proc = subprocess.run([*SESSION, "--numa-repeats=1", f"--numa-ab-base={ROOT}", "--numa-ab-same-cpus",
-                           "--numa-ab-pair=1", f"--benchmark-json={out}"],
+    proc = subprocess.run([*SESSION, "--numa-repeats=1", f"--numa-ab=base={ROOT}", "--numa-ab=same_cpus=1",
+                           "--numa-ab=pair=1", f"--benchmark-json={out}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (entry,) = json.loads(out.read_text())["benchmarks"]
@@ -306,9 +308,10 @@ def test_a_pass_s_pair_number_picks_the_pair_s_cpus(tmp_path):
     assert entry["extra_info"]["invocation_cpus"] == entry["extra_info"]["ab_base"]["invocation_cpus"] == want
 
 
-def test_a_head_older_than_passes_is_told_to_run_without_them(tmp_path):
-    """A head checkout whose pytest knows the A/B session but not --numa-ab-pair: the session runs
-    in the head's checkout, so numabench ab says what to run instead."""
+def test_a_head_older_than_the_session_option_is_told_to_run_invocations(tmp_path):
+    """A head checkout whose pytest knows only the A/B session's earlier options (--numa-ab-base and
+    its mirror), not --numa-ab: the session runs in the head's checkout, so numabench ab says what
+    to run instead."""
     from numabench.ab.run import Side, invoke_interleaved
 
     head = tmp_path / "head"
@@ -320,9 +323,9 @@ def test_a_head_older_than_passes_is_told_to_run_without_them(tmp_path):
         "    for name in ('--numa-ab-base-env', '--numa-ab-head-env'):\n"
         "        parser.addoption(name, action='append', default=[])\n")
     side = Side("old", None, head, {})
-    with pytest.raises(UsageError, match=r"the head \(old\) predates --numa-ab-pair, which numabench ab runs its "
-                                         r"session with: allowed --no-passes for it"):
-        invoke_interleaved(side, side, ["--numa-ab-pair=0"], 1, tmp_path / "ab.json")
+    with pytest.raises(UsageError, match=r"the head \(old\) predates --numa-ab, which the rounds mode runs its "
+                                         r"session with: allowed --interleave=invocations for it"):
+        invoke_interleaved(side, side, ["--numa-ab=pair=0"], 1, tmp_path / "ab.json")
 
 
 def test_a_stop_between_passes_keeps_the_finished_ones(tmp_path):

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from fixtures.ab_sides import changed_entries, pairs_wanted
+from numabench.ab.extend import changed_entries, pairs_wanted
 from numabench.cases import CaseResult
 from numabench.gate.rule import FASTER, SLOWER
 from numabench.ab.run import ABResult, Side, judge_measured

@@ -49,8 +49,8 @@ def test_an_ab_session_takes_the_family_s_ab_rounds_and_the_option_still_decides
     ab_rounds = family("host_membw").ab_rounds
     assert ab_rounds and ab_rounds > CI_MAX_ROUNDS, "host_membw no longer takes more rounds in an A/B: pick another"
     base = base_copy(tmp_path)
-    assert rounds_taken(tmp_path, f"--numa-ab-base={base}") == (ab_rounds, [ab_rounds, ab_rounds])
-    assert rounds_taken(tmp_path, f"--numa-ab-base={base}", "--numa-rounds=4") == (4, [4, 4])
+    assert rounds_taken(tmp_path, f"--numa-ab=base={base}") == (ab_rounds, [ab_rounds, ab_rounds])
+    assert rounds_taken(tmp_path, f"--numa-ab=base={base}", "--numa-rounds=4") == (4, [4, 4])
     assert rounds_taken(tmp_path) == (CI_MAX_ROUNDS, [])  # no base: the tier's
 
 

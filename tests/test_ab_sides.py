@@ -1,4 +1,4 @@
-"""--numa-ab-base: one session times every case with this checkout's workers and another
+"""--numa-ab base=CHECKOUT: one session times every case with this checkout's workers and another
 checkout's, rounds alternating (fixtures.ab_sides, numabench.workers.run.run_sides).
 
 End to end on the CPU with the touch family: the base checkout is a copy of this package whose
@@ -57,8 +57,8 @@ def slow_base(tmp_path: Path) -> Path:
 def test_the_base_side_runs_the_base_checkouts_workers_round_by_round(tmp_path, forked):
     """Also with --numa-forkserver: each side's workers fork from a server of the side's own code."""
     out = tmp_path / "ab.json"
-    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={slow_base(tmp_path)}",
-                           "--numa-ab-head-env=NUMABENCH_INJECT_SLOWDOWN=1.01", f"--benchmark-json={out}",
+    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab=base={slow_base(tmp_path)}",
+                           "--numa-ab=head_env=NUMABENCH_INJECT_SLOWDOWN=1.01", f"--benchmark-json={out}",
                            *(["--numa-forkserver"] if forked else [])],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -95,8 +95,8 @@ def counting_base(tmp_path: Path, count_file: Path) -> Path:
 def test_rewarm_runs_an_untimed_step_before_every_timed_one(tmp_path, rewarm):
     count = tmp_path / "steps"
     out = tmp_path / "ab.json"
-    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={counting_base(tmp_path, count)}",
-                           *([] if rewarm else ["--numa-ab-no-rewarm"]), f"--benchmark-json={out}"],
+    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab=base={counting_base(tmp_path, count)}",
+                           *([] if rewarm else ["--numa-ab=rewarm=0"]), f"--benchmark-json={out}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # per pair: 1 warm-up and 3 timed rounds, each timed one after an untimed one unless told not to
@@ -117,7 +117,7 @@ def test_rewarm_stops_after_the_first_round_where_an_untimed_step_took_long(tmp_
                         f"        time.sleep({REWARM_BELOW_S + 0.02})\n")
     assert "\nimport time\n" in (base / "numabench" / "families" / "touch" / "worker.py").read_text()
     out = tmp_path / "ab.json"
-    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={base}", f"--benchmark-json={out}"],
+    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab=base={base}", f"--benchmark-json={out}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # per pair: 1 warm-up, the first round's untimed and timed steps, then 2 timed rounds alone
@@ -128,13 +128,13 @@ def test_rewarm_stops_after_the_first_round_where_an_untimed_step_took_long(tmp_
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--numa-ab-base=/nonexistent/checkout"], "--numa-ab-base: base checkout '/nonexistent/checkout': allowed a "
+    (["--numa-ab=base=/nonexistent/checkout"], "--numa-ab base=/nonexistent/checkout: base checkout '/nonexistent/checkout': allowed a "
                                                 "numabench checkout"),
-    (["--numa-ab-base-env=X=1"], "--numa-ab-base-env needs --numa-ab-base=CHECKOUT"),
-    (["--numa-ab-no-rewarm"], "--numa-ab-no-rewarm needs --numa-ab-base=CHECKOUT"),
-    ([f"--numa-ab-base={ROOT}", "--numa-ab-head-env=X"], "--numa-ab-head-env 'X': allowed NAME=VALUE"),
-    ([f"--numa-ab-base={ROOT}", "--benchmark-compare"], "allowed one of them"),
-    (["--numa-ab-same-cpus"], "--numa-ab-same-cpus needs --numa-ab-base=CHECKOUT"),
+    (["--numa-ab=base_env=X=1"], "--numa-ab: allowed with base=CHECKOUT"),
+    (["--numa-ab=rewarm=0"], "--numa-ab: allowed with base=CHECKOUT"),
+    ([f"--numa-ab=base={ROOT}", "--numa-ab=head_env=X"], "--numa-ab head_env=X: allowed NAME=VALUE"),
+    ([f"--numa-ab=base={ROOT}", "--benchmark-compare"], "allowed one of them"),
+    (["--numa-ab=same_cpus=1"], "--numa-ab: allowed with base=CHECKOUT"),
 ], ids=["not-a-checkout", "env-without-base", "rewarm-without-base", "env-without-value", "with-compare",
         "same-cpus-without-base"])
 def test_bad_ab_options_are_usage_errors(args, message):
@@ -150,7 +150,7 @@ def test_with_same_cpus_both_sides_of_a_pair_run_on_the_pairs_cpus(tmp_path, for
     from numabench.families.base import ab_pair_cpus
 
     out = tmp_path / "ab.json"
-    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab-base={ROOT}", "--numa-ab-same-cpus",
+    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab=base={ROOT}", "--numa-ab=same_cpus=1",
                            f"--benchmark-json={out}", *(["--numa-forkserver"] if forked else [])],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -213,7 +213,7 @@ def test_a_host_side_family_s_head_takes_the_injected_factor_longer(bench, args,
     out = tmp_path / "ab.json"
     proc = subprocess.run([sys.executable, "-m", "pytest", f"benchmarks/{bench}", "--numa-policies=default", *args,
                            "--numa-rounds=3", "--numa-warmup=1", "--numa-repeats=2", "-p", "no:cacheprovider", "-q",
-                           f"--numa-ab-base={ROOT}", "--numa-ab-head-env=NUMABENCH_INJECT_SLOWDOWN=20",
+                           f"--numa-ab=base={ROOT}", "--numa-ab=head_env=NUMABENCH_INJECT_SLOWDOWN=20",
                            f"--benchmark-json={out}"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     entries = json.loads(out.read_text())["benchmarks"]

@@ -141,16 +141,16 @@ def test_numabench_plan_prints_the_ab_estimate(tmp_path):
 
 
 def test_numabench_plan_takes_the_ab_session_s_options(tmp_path):
-    """--numa-ab-no-rewarm and --numa-ab-max-pairs are the A/B session's options (they need a base):
+    """--no-ab-rewarm and --ab-max-pairs are numabench ab's --no-rewarm and --max-pairs for the plan:
     the plan counts the steps without the untimed ones, gives the upper figure of the further
     pairs, and collects without them."""
     env = {**os.environ, "NUMABENCH_BUILD_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "benchmarks/test_touch.py",
-                          "--numa-policies=default", "--param-sizes=4M", "--numa-ab-no-rewarm"], cwd=ROOT, env=env,
+                          "--numa-policies=default", "--param-sizes=4M", "--no-ab-rewarm"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.splitlines()[-1].split("; ~")[0].endswith("twice: both sides' rounds)")
     out = subprocess.run([sys.executable, "-m", "numabench", "plan", "--ab-pairs", "2", "benchmarks/test_touch.py",
-                          "--numa-policies=default", "--param-sizes=4M", "--numa-ab-max-pairs", "6"], cwd=ROOT,
+                          "--numa-policies=default", "--param-sizes=4M", "--ab-max-pairs", "6"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "if every worker run took 6 pairs" in out.stdout, out.stdout + out.stderr

@@ -397,7 +397,7 @@ def test_a_same_cpus_ab_steps_ddp_on_the_pairs_two_cpus(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_train_step.py", "--numa-policies=default",
                            "--numa-axis", "mode=ddp", "--numa-axis", "model=tiny", "--numa-axis", "cpu_bind=node",
                            "--dtypes=bf16", "--numa-rounds=4", "--numa-warmup=1", "--numa-repeats=2",
-                           f"--numa-ab-base={ROOT}", "--numa-ab-same-cpus", "--numa-forkserver",
+                           f"--numa-ab=base={ROOT}", "--numa-ab=same_cpus=1", "--numa-forkserver",
                            f"--benchmark-json={out}", "-p", "no:cacheprovider", "-q"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

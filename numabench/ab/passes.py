@@ -1,6 +1,6 @@
 """A same-runner A/B's pairs in passes (``numabench ab``'s default in the rounds mode): pass p is
 one pytest session that times pair p of every selected worker run (fixtures.ab_sides,
-``--numa-ab-pair=p``), so that one entry's pairs lie a whole pass apart instead of back to back.
+``--numa-ab pair=p``), so that one entry's pairs lie a whole pass apart instead of back to back.
 
 Why: on the lent GPU VMs an entry whose step allocates (cpu_adam's torch-foreach, pinned_alloc)
 moves by a few percent between runs of unchanged code, an offset that the pairs of one minute
@@ -10,7 +10,7 @@ spread alone, does not know it. Pairs a pass apart sample the offset as it moves
 spread counts it.
 
 Further pairs (Stein's rule, ``max_pairs``) and confirming pairs (``confirm_pairs``) are passes
-too, each a session over only the worker runs that need them (``--numa-ab-runs-of``); a
+too, each a session over only the worker runs that need them (``--numa-ab runs_of=FILE``); a
 confirming pass's session starts its own fork servers, as every session does. With a time budget
 (``time_budget_s``) the further pairs are the ones that fit it, where they bring the most entries
 to the target resolution per second (numabench.ab.budget).
@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from numabench.gate.rule import FASTER, SLOWER
 from numabench.ab.budget import allocate, pass_cost_s, run_needs
 from numabench.ab.session import AB_BASE_KEY, StoppedWithMeasurements
-from numabench.gate.pairs import MIN_PAIRS, judge_ratios, pairs_for_target
+from numabench.ab.extend import changed_names, entry_pair_ratios, further_wanted
+from numabench.ab.settings import DEFAULTS, session_items
 
 # invoke_interleaved's shape: (base, head, pytest args, pairs, JSON path) -> what one session measured
 InvokeSession = Callable[[Any, Any, Sequence[str], int, Path], dict[str, Any]]
@@ -70,43 +70,6 @@ def merge_session(merged: dict[str, Any], session: dict[str, Any]) -> None:
         entry["head"].extend(got["head"])
 
 
-def entry_pair_ratios(measured: dict[str, Any], name: str) -> list[float]:
-    """An entry's head/base per pair it has: round by round where recorded, else of its medians."""
-    out = []
-    ratios = measured.get("ratios") or [{} for _ in measured["base"]]
-    for b, h, r in zip(measured["base"], measured["head"], ratios):
-        if name in b and name in h:
-            out.append(r.get(name) or h[name] / b[name])
-    return out
-
-
-def further_wanted(measured: dict[str, Any], target_pct: float, confidence: float, most: int) -> dict[str, int]:
-    """Stein's first stage per entry (gate.pairs.pairs_for_target): the pairs in all that each
-    entry whose first pairs are too spread needs, at most ``most``; entries that need none left out."""
-    wanted = {}
-    for name in sorted(set().union(*measured["base"])):
-        ratios = entry_pair_ratios(measured, name)
-        if len(ratios) >= MIN_PAIRS:
-            n = pairs_for_target(ratios, target_pct, confidence, most)
-            if n > len(ratios):
-                wanted[name] = n
-    return wanted
-
-
-def changed_names(measured: dict[str, Any], threshold_pct: float, confidence: float, first_stage: int) -> list[str]:
-    """The entries that the pairs so far judge slower or faster (Stein's ``first_stage`` where an
-    entry has further pairs): the ones whose worker runs take confirming passes."""
-    changed = []
-    for name in sorted(set().union(*measured["base"])):
-        ratios = entry_pair_ratios(measured, name)
-        if len(ratios) < MIN_PAIRS:
-            continue
-        stein = first_stage if len(ratios) > first_stage else None
-        if judge_ratios(ratios, threshold_pct, confidence, first_stage=stein).verdict in (SLOWER, FASTER):
-            changed.append(name)
-    return changed
-
-
 def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Sequence[str], pairs: int,
                      scratch: Path, *, max_pairs: int = 0, target_pct: float = 3.0, confirm_pairs: int = 0,
                      threshold_pct: float = 1.0, confidence: float = 0.95, time_budget_s: float | None = None,
@@ -149,10 +112,10 @@ def _passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Se
     listing = scratch / "runs-of.txt"
 
     def one_pass(number: int, total: int | None, only: Sequence[str] | None, why: str) -> dict[str, Any]:
-        args = [*pytest_args, f"--numa-ab-pair={number}"]
         if only is not None:
             listing.write_text("".join(f"{n}\n" for n in only))
-            args.append(f"--numa-ab-runs-of={listing}")
+        args = [*pytest_args, *session_items(DEFAULTS, (), first_pair=number,
+                                             runs_of=listing if only is not None else None)]
         progress(f"pass {number + 1}{f'/{total}' if total else ''}: {why}")
         path = scratch / f"pass-{number + 1}.json"
         jsons.append(path)

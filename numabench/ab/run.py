@@ -61,13 +61,12 @@ from numabench.gate.invocations import invocation_medians
 from numabench.gate import pairs as pair_rule
 from numabench.ab.passes import invoke_in_passes
 from numabench.ab.session import StoppedWithMeasurements, session_measured
+from numabench.ab.settings import DEFAULTS, INTERLEAVE, SESSION_OPTION, WORKERS, ABSettings, session_items
 
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
 # where an A/B run's time went, in seconds: each side's build, the measuring, all of it
 TIMINGS = ("build_base", "build_head", "measuring", "total")
 STATUS_PREFIX = "numabench: "  # how a run's progress lines start (fixtures/progress.py): the ones relayed
-INTERLEAVE = ("rounds", "invocations")  # how base and head take turns (module docstring)
-WORKERS = ("forked", "exec")  # rounds mode: workers forked from a server per side (--numa-forkserver), or exec'd
 BOOTSTRAP_RESAMPLES = 4000
 RUN_TIMEOUT_S = 3600
 CHILD_STOP_GRACE_S = 30.0  # a stopped build or session's time to end its own workers and compilers
@@ -378,10 +377,9 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
     failed, "confirming" -> confirming_pairs. Each side's environment goes to its own workers only.
     ``progress`` gets the session's line per finished worker run as it comes (``run 4/19 KEY: 41.2
     s; elapsed 2:10, ETA 9:40``; pytest's -v): a session of the whole tier runs for many minutes."""
+    sides = ABSettings(base_env=tuple(base.env.items()), head_env=tuple(head.env.items()))
     cmd = [sys.executable, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "-v",
-           f"--numa-repeats={pairs}", f"--numa-ab-base={base.path}",
-           *(f"--numa-ab-base-env={k}={v}" for k, v in base.env.items()),
-           *(f"--numa-ab-head-env={k}={v}" for k, v in head.env.items()),
+           f"--numa-repeats={pairs}", *session_items(sides, ("base_env", "head_env"), base=base.path),
            f"--benchmark-json={json_path}"]
     neutral = Side(head.label, head.commit, head.path, {})  # the session's own environment: neither side's
     def relay(line: str) -> None:
@@ -397,16 +395,13 @@ def invoke_interleaved(base: Side, head: Side, pytest_args: Sequence[str], pairs
         raise StoppedWithMeasurements(stop, measured) from None
     if proc.returncode not in (0, 1) or not json_path.is_file():
         tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
-        if "unrecognized arguments: --numa-repeats" in tail or "unrecognized arguments: --numa-ab-base" in tail:
-            raise UsageError(f"the head ({head.label}) predates --numa-ab-base, which the rounds mode runs its "
+        if "unrecognized arguments: --numa-repeats" in tail or f"unrecognized arguments: {SESSION_OPTION}" in tail:
+            raise UsageError(f"the head ({head.label}) predates {SESSION_OPTION}, which the rounds mode runs its "
                              "session with: allowed --interleave=invocations for it")
         unknown = next((ln for ln in tail.split(" | ") if "unrecognized arguments:" in ln), "")
-        older = [(o, instead) for o, instead in (("--numa-ab-confirm", "--confirm-pairs 0"),
-                                                 ("--numa-forkserver", "--workers exec"),
-                                                 ("--numa-ab-pair", "--no-passes")) if o in unknown]
-        if older:
-            raise UsageError(f"the head ({head.label}) predates {' and '.join(o for o, _ in older)}, which numabench "
-                             f"ab runs its session with: allowed {' '.join(i for _, i in older)} for it")
+        if "--numa-forkserver" in unknown:
+            raise UsageError(f"the head ({head.label}) predates --numa-forkserver, which numabench ab runs its "
+                             "session with: allowed --workers exec for it")
         raise UsageError(f"pytest on {head.label} (with {base.label}'s workers) exited {proc.returncode}: {tail}")
     # failed: measured by neither side, listed, never left out silently
     return session_measured(json_path, pairs, " ".join(pytest_args), failed_tests(proc.stdout))
@@ -442,16 +437,6 @@ def attach_cpus(rows: Sequence[ABRow], cpus: Mapping[str, Mapping[str, list]]) -
 
 
 InvokeInterleaved = Callable[[Side, Side, Sequence[str], int, Path], dict[str, Any]]
-
-
-def parse_env(items: Sequence[str] | None, option: str) -> dict[str, str]:
-    env = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{option} {item!r}: allowed NAME=VALUE")
-        env[key] = value
-    return env
 
 
 InvokeOne = Callable[[Side, Sequence[str], Path], dict[str, float]]  # one invocation: entry -> median s
@@ -524,15 +509,21 @@ def head_axis_args(head_axis: str | None, pytest_args: Sequence[str]) -> tuple[l
     return ["--numa-axis", f"{name}={value}"], f"-{name}={value}"
 
 
-def in_session_pairs(max_pairs: int, pairs: int, target_pct: float, confirm_pairs: int, threshold_pct: float,
-                     confidence: float) -> list[str]:
-    """The session options of further and confirming pairs taken back to back in one session."""
-    further = [f"--numa-ab-max-pairs={max_pairs}", f"--numa-ab-target={target_pct:g}%"] if max_pairs > pairs else []
-    if confirm_pairs:
-        further += [f"--numa-ab-confirm={confirm_pairs}", f"--numa-ab-threshold={threshold_pct:g}%"]
-    if further:
-        further.append(f"--numa-ab-confidence={confidence:g}")
-    return further
+def in_session_names(pairs: int, max_pairs: int, confirm_pairs: int, passes: bool, same_cpus: bool,
+                     rewarm: bool) -> list[str]:
+    """The settings a head's session is handed: further and confirming pairs where it takes them
+    back to back (not in passes: those are passes of their own), with the confidence they read;
+    the same CPUs and no rewarm where asked for."""
+    names = ["max_pairs", "target_resolution"] if max_pairs > pairs and not passes else []
+    if confirm_pairs and not passes:
+        names += ["confirm_pairs", "threshold"]
+    if names:
+        names.append("confidence")
+    if same_cpus:
+        names.append("same_cpus")
+    if not rewarm:
+        names.append("rewarm")
+    return names
 
 
 def mem_total_gib() -> float | None:
@@ -546,16 +537,18 @@ def mem_total_gib() -> float | None:
     return round(total / GIB, 2) if total else None
 
 
-def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: int = 5, threshold_pct: float = 1.0,
-           confidence: float = 0.95, coarsest_pct: float = DEFAULT_COARSEST_PCT, base_env: dict[str, str] | None = None,
+def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: int = DEFAULTS.pairs,
+           threshold_pct: float = DEFAULTS.threshold, confidence: float = DEFAULTS.confidence,
+           coarsest_pct: float = DEFAULTS.coarsest, base_env: dict[str, str] | None = None,
            head_env: dict[str, str] | None = None, cwd: Path | None = None,
            progress: Callable[[str], None] = lambda line: None, invoke_one: InvokeOne = invoke,
            build_side: Callable[[Side], str] = build, interleave: str = "rounds",
            invoke_both: InvokeInterleaved | None = None, head_axis: str | None = None,
-           session_json: Path | None = None, max_pairs: int = 0, target_pct: float = 3.0,
-           confirm_pairs: int = 0, workers: str = "forked", same_cpus: bool = False,
-           passes: bool = False, time_budget_s: float | None = None,
-           confirm_confidence: float | None = None) -> ABResult:
+           session_json: Path | None = None, max_pairs: int = DEFAULTS.max_pairs,
+           target_pct: float = DEFAULTS.target_resolution, confirm_pairs: int = 0, workers: str = DEFAULTS.workers,
+           same_cpus: bool = False, passes: bool = False, time_budget_s: float | None = DEFAULTS.time_budget,
+           confirm_confidence: float | None = DEFAULTS.confirm_confidence,
+           rewarm: bool = DEFAULTS.rewarm) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -577,6 +570,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     of all of a worker run's pairs back to back in one session. ``time_budget_s`` (in passes): the
     further pairs are those that fit that many seconds of measuring, where they bring the most
     entries to ``target_pct`` per second (numabench.ab.budget; confirming pairs beyond it).
+    ``rewarm`` (rounds mode): each timed round after an untimed step of its own side. The settings'
+    defaults are numabench.ab.settings.ABSettings'; those that numabench ab's command line decides
+    from the others (confirming pairs, same CPUs, passes) are off here unless given.
     ``session_json``: where to keep
     the rounds mode's session (its pytest-benchmark JSON: both sides' medians and each run's costs,
     for time plans)."""
@@ -605,13 +601,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     if max_pairs and (max_pairs < pairs or interleave != "rounds" or head_axis):
         raise UsageError(f"--max-pairs {max_pairs}: allowed a number >= --pairs ({pairs}), with --interleave=rounds "
                          "and without --head-axis (further pairs are per worker run of one session)")
-    taken = [a for a in pytest_args if a.split("=")[0] in ("--numa-repeats", "--numa-ab-base", "--numa-ab-base-env",
-                                                           "--numa-ab-head-env", "--benchmark-compare",
-                                                           "--numa-ab-max-pairs", "--numa-ab-target",
-                                                           "--numa-ab-confidence", "--numa-ab-confirm",
-                                                           "--numa-ab-threshold", "--numa-forkserver",
-                                                           "--numa-ab-same-cpus", "--numa-ab-pair",
-                                                           "--numa-ab-runs-of")]
+    taken = [a for a in pytest_args if a.split("=")[0] in ("--numa-repeats", SESSION_OPTION, "--benchmark-compare",
+                                                           "--numa-forkserver")]
     if taken:
         raise UsageError(f"pytest argument {taken[0]}: numabench ab sets it (pairs: --pairs, --max-pairs, "
                          "--confirm-pairs; environments: --base-env, --head-env; workers: --workers); allowed the "
@@ -639,9 +630,13 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             started = time.monotonic()
             mem_total_before = mem_total_gib()
             if interleave == "rounds":
-                session_args = ["--numa-forkserver"] if workers == "forked" else []
-                if same_cpus:
-                    session_args.append("--numa-ab-same-cpus")
+                # what the head's session reads of the settings, the ones that differ from a session's own
+                # (the base's checkout: invoke_interleaved; the pass's pair: invoke_in_passes)
+                session_args = session_items(ABSettings(
+                    max_pairs=max_pairs, target_resolution=target_pct, confidence=confidence,
+                    confirm_pairs=confirm_pairs, threshold=threshold_pct, same_cpus=same_cpus, rewarm=rewarm),
+                    in_session_names(pairs, max_pairs, confirm_pairs, passes, same_cpus, rewarm))
+                session_args += ["--numa-forkserver"] if workers == "forked" else []
                 try:
                     if passes:
                         progress(f"{pairs} pairs, rounds alternating between base and head, in {pairs} passes: pass "
@@ -654,11 +649,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                                                     progress=progress)
                     else:
                         progress(f"{pairs} pairs, rounds alternating between base and head in one session")
-                        measured = invoke_both(sides["base"], sides["head"],
-                                               [*pytest_args, *in_session_pairs(max_pairs, pairs, target_pct,
-                                                                                confirm_pairs, threshold_pct,
-                                                                                confidence), *session_args],
-                                               pairs, tmp / "ab.json")
+                        measured = invoke_both(sides["base"], sides["head"], [*pytest_args, *session_args], pairs,
+                                               tmp / "ab.json")
                 except StoppedWithMeasurements as stop:  # judged below on what its finished runs measured
                     measured, stopped_by = stop.measured, stop.signum
                     progress(f"stopped ({signal.Signals(stopped_by).name}): judging the entries of the worker "
