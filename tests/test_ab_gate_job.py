@@ -27,11 +27,11 @@ def test_the_workflow_runs_ab_on_pull_requests_and_the_gate_elsewhere():
     assert ab["if"] == "github.event_name == 'pull_request'" and gate["if"] == "github.event_name != 'pull_request'"
     assert "self-hosted" in ab["runs-on"] and "gpu" in ab["runs-on"]
     runs = [s["run"].strip() for s in ab["steps"] if "run" in s]
-    assert runs == ["bash .ci/gate-job setup", "bash .ci/gate-job plan", "bash .ci/gate-job ab"]
+    assert runs == ["bash .ci/gate-job setup", "bash .ci/gate-job plan-ab", "bash .ci/gate-job ab"]
     checkout = next(s for s in ab["steps"] if s.get("uses", "").startswith("actions/checkout"))
     assert checkout["with"]["fetch-depth"] == 0  # git merge-base origin/main HEAD needs main's history
-    assert "'smoke'" in ab["env"]["NUMABENCH_TIER"] and ab["env"]["NUMABENCH_AB_PAIRS"]
-    assert "vars.NUMABENCH_AB_BUDGET" in ab["env"]["NUMABENCH_AB_BUDGET"]  # a repository variable may set it
+    assert "'smoke'" in ab["env"]["NUMABENCH_TIER"]
+    assert "vars.NUMABENCH_AB_ARGS" in ab["env"]["NUMABENCH_AB_ARGS"]  # a repository variable may set it
     upload = next(s for s in ab["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
     assert upload["if"] == "always()" and upload["with"]["path"].rstrip("/") == ab["env"]["NUMABENCH_RESULTS"]
     assert "pull_request" not in gate["env"]["NUMABENCH_TIER"]
@@ -46,8 +46,8 @@ def gate_job(tmp_path: Path, *args: str, step: str = "ab", **extra_env: str) -> 
                           capture_output=True, text=True, timeout=900)
 
 
-def test_the_plan_step_estimates_the_ab_run_where_pairs_are_set(tmp_path):
-    out = gate_job(tmp_path, *SELECTION, step="plan", NUMABENCH_AB_PAIRS="2")
+def test_the_plan_ab_step_estimates_the_ab_run_with_its_pairs(tmp_path):
+    out = gate_job(tmp_path, *SELECTION, step="plan-ab", NUMABENCH_AB_ARGS="--threshold 2% --pairs 2")
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.strip().splitlines()
     assert lines[-2].startswith("numabench plan: 1 entries") and "(smoke tier)" in lines[-2]
@@ -65,7 +65,7 @@ def test_bad_input_ends_at_once_and_leaves_no_stale_verdict(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     (results / "verdicts.json").write_text("{}")
-    out = gate_job(tmp_path, *SELECTION, NUMABENCH_AB_BASE="HEAD", NUMABENCH_AB_PAIRS="1")
+    out = gate_job(tmp_path, *SELECTION, NUMABENCH_AB_BASE="HEAD", NUMABENCH_AB_ARGS="--pairs 1")
     assert out.returncode == 2 and "--pairs 1: allowed 2 or more" in out.stdout, out.stdout + out.stderr
     assert not (results / "verdicts.json").exists() and not (tmp_path / "summary").exists()
     out = gate_job(tmp_path, *SELECTION, NUMABENCH_AB_BASE="no-such-revision-38")
@@ -78,7 +78,7 @@ def test_bad_input_ends_at_once_and_leaves_no_stale_verdict(tmp_path):
 @pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs a git checkout")
 def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     before = worktrees()
-    out = gate_job(tmp_path, *SELECTION, NUMABENCH_AB_BASE="HEAD", NUMABENCH_AB_PAIRS="2", NUMABENCH_AB_ROUNDS="5")
+    out = gate_job(tmp_path, *SELECTION, "--numa-rounds=5", NUMABENCH_AB_BASE="HEAD", NUMABENCH_AB_ARGS="--pairs 2")
     text = out.stdout + out.stderr
     assert out.returncode in (0, 1), text[-4000:]
     results = tmp_path / "results"

@@ -71,8 +71,9 @@ def merge_session(merged: dict[str, Any], session: dict[str, Any]) -> None:
 
 
 def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Sequence[str], pairs: int,
-                     scratch: Path, *, max_pairs: int = 0, target_pct: float = 3.0, confirm_pairs: int = 0,
-                     threshold_pct: float = 1.0, confidence: float = 0.95, time_budget_s: float | None = None,
+                     scratch: Path, *, max_pairs: int = DEFAULTS.max_pairs,
+                     target_pct: float = DEFAULTS.target_resolution, confirm_pairs: int = 0,
+                     threshold_pct: float = DEFAULTS.threshold, confidence: float = DEFAULTS.confidence, time_budget_s: float | None = None,
                      coarsest_pct: float | None = None,
                      progress: Callable[[str], None] = lambda line: None,
                      clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:

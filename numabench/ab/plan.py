@@ -1,7 +1,7 @@
 """The time an A/B run (``numabench ab``) will take, from the time plan of one invocation of
 its selection (numabench.plan, from this hardware key's baseline where it holds the runs).
 Rounds interleaved (the default): each pair starts and sets up both sides' workers together and
-steps each side's rounds in turn, each timed step after an untimed one (``--numa-ab-no-rewarm``:
+steps each side's rounds in turn, each timed step after an untimed one (numabench ab ``--no-rewarm``:
 without); pair p of every worker run in a session of its own, pass p (numabench ab's default,
 numabench.ab.passes; ``--no-passes``: one session):
 
@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from numabench.plan import KERNEL_BUILD_DEFAULT_S, KERNEL_BUILD_S, KERNEL_LOADED_S, duration
+from numabench.ab.settings import DEFAULTS
 
 # `numabench build` with every kernel built already, one of them not loaded from its folder yet:
 # python, torch's import, a builder per kernel that loads it through torch's build (11-12 s on
@@ -92,9 +93,9 @@ class ABEstimate:
     base_compile_s: float  # the same where the base's kernel sources differ: every kernel compiled
     plan_steps_s: float = 0.0  # of plan_s, the step requests
     plan_untimed_s: float = 0.0  # what rewarm adds per side and pair: numabench.plan.RunPlan.untimed_steps_s
-    interleave: str = "rounds"  # numabench.ab.run.INTERLEAVE
-    rewarm: bool = True  # every timed step after an untimed one (--numa-ab-no-rewarm: not)
-    max_pairs: int = 0  # further pairs up to this where a run's first ones are too spread (0: none)
+    interleave: str = DEFAULTS.interleave  # numabench.ab.settings.INTERLEAVE
+    rewarm: bool = DEFAULTS.rewarm  # every timed step after an untimed one (--no-rewarm: not)
+    max_pairs: int = DEFAULTS.max_pairs  # further pairs up to this where a run's first ones are too spread (0: none)
     server_s: float = 0.0  # of plan_s, a fork server's import (--numa-forkserver): once per side, not per pair
     forked: bool = False  # workers forked from a server per side: both sides' set-ups, run at once, count once
     passes: bool = False  # rounds mode: a session per pair (numabench ab's default), else one for all
@@ -161,7 +162,8 @@ class ABEstimate:
 
 
 def ab_estimate(plan: Mapping, pairs: int, session_s: float, kernels: Mapping[str, tuple[bool, float, bool]],
-                interleave: str = "rounds", rewarm: bool = True, max_pairs: int = 0,
+                interleave: str = DEFAULTS.interleave, rewarm: bool = DEFAULTS.rewarm,
+                max_pairs: int = DEFAULTS.max_pairs,
                 passes: bool = False) -> ABEstimate:
     """``plan``: numabench.plan.Plan.to_dict() of one invocation; ``kernels``: build_kernels().
     The head's build compiles the kernels not built here and loads every one not loaded from its

@@ -16,6 +16,7 @@ from numabench.ab.run import ABResult, Side, confirm_confidence_of, judge_measur
 from numabench.ab.formats import RUN_KEY, recorded_run
 from numabench.ab.session import AB_BASE_KEY, confirming_pairs, interleaved_medians
 from numabench.gate.pairs import MIN_PAIRS, PAIR_RATIOS
+from numabench.ab.settings import DEFAULTS
 
 
 def recorded_pairs(measured: dict[str, list[dict[str, float]]], confirming: dict[str, int]) -> int:
@@ -40,8 +41,9 @@ def _sides(run: dict[str, Any]) -> tuple[Side, Side]:
     return base, head
 
 
-def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None, threshold_pct: float = 1.0,
-            confidence: float = 0.95, coarsest_pct: float = 10.0, pair_ratio: str = "rounds",
+def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None,
+            threshold_pct: float = DEFAULTS.threshold, confidence: float = DEFAULTS.confidence,
+            coarsest_pct: float = DEFAULTS.coarsest, pair_ratio: str = "rounds",
             confirm_confidence: float | None = None) -> ABResult:
     """The verdicts of a kept session (``run``: its JSON, read from ``source``): on every pair
     each entry has, its confirming pairs as they ran (``pairs`` None), or on its first ``pairs``

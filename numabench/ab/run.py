@@ -542,7 +542,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            coarsest_pct: float = DEFAULTS.coarsest, base_env: dict[str, str] | None = None,
            head_env: dict[str, str] | None = None, cwd: Path | None = None,
            progress: Callable[[str], None] = lambda line: None, invoke_one: InvokeOne = invoke,
-           build_side: Callable[[Side], str] = build, interleave: str = "rounds",
+           build_side: Callable[[Side], str] = build, interleave: str = DEFAULTS.interleave,
            invoke_both: InvokeInterleaved | None = None, head_axis: str | None = None,
            session_json: Path | None = None, max_pairs: int = DEFAULTS.max_pairs,
            target_pct: float = DEFAULTS.target_resolution, confirm_pairs: int = 0, workers: str = DEFAULTS.workers,
@@ -565,7 +565,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     pair_rule.confirmed_confidence). ``workers`` (rounds mode): "forked" from one server per side
     (``--numa-forkserver``), or "exec" (each a fresh interpreter). ``same_cpus`` (rounds mode): each
     rank of a family that steps on few threads runs on as many CPUs, the same for both sides of a
-    pair (``--numa-ab-same-cpus``). ``passes`` (rounds mode): pair p of every worker run in a session
+    pair (``--numa-ab same_cpus=1``). ``passes`` (rounds mode): pair p of every worker run in a session
     of its own, pass p (numabench.ab.passes; further and confirming pairs passes too), instead
     of all of a worker run's pairs back to back in one session. ``time_budget_s`` (in passes): the
     further pairs are those that fit that many seconds of measuring, where they bring the most

@@ -53,7 +53,7 @@ def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str,
         if not all(isinstance(v, (int, float)) and v > 0 for v in base):
             base = []
         entries.append((b, invocation_medians(b), base))
-    # pairs beyond ``pairs``: a worker run whose entries were still too wide (--numa-ab-max-pairs)
+    # pairs beyond ``pairs``: a worker run whose entries were still too wide (--max-pairs)
     most = max([pairs, *(min(len(h), len(b)) for _, h, b in entries)])
     measured: dict[str, list[dict[str, float]]] = {"base": [{} for _ in range(most)],
                                                    "head": [{} for _ in range(most)],

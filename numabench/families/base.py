@@ -279,7 +279,7 @@ class Family:
     # its workers pad their timed phases for NUMABENCH_INJECT_SLOWDOWN (real extra work)
     injects_slowdown: bool = False
     # the threads a case's timed step runs on, where that is few and fixed (0: many, or not fixed):
-    # in a same-runner A/B (--numa-ab-same-cpus, numabench ab's default) each rank of both sides runs
+    # in a same-runner A/B (numabench ab --same-cpus, its default) each rank of both sides runs
     # on this many CPUs, the same ones for both sides of a pair (ab_pair_cpus), so that which CPUs
     # the OS gives a fresh worker cannot tell the sides apart
     step_threads: Callable[["Case"], int] = lambda case: 0
