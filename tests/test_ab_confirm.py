@@ -22,7 +22,7 @@ from numabench.ab.run import judge_measured, run_ab
 from numabench.ab.session import confirming_pairs, interleaved_medians
 from numabench.ab.formats import from_json, render_text, to_json
 from numabench.ab.rejudge import rejudge
-from numabench.gate.pairs import confirmed_confidence, judge, judge_ratios
+from numabench.gate.pairs import UNRESOLVED, confirmed_confidence, judge, judge_ratios
 from test_ab import _session_run, repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_further_pairs import result
 from test_ab_sides import ROOT, SESSION, SLEEP_S, collected_with, patched_base, slow_base
@@ -46,11 +46,11 @@ def test_confirmed_entries_are_judged_on_all_their_pairs_with_their_own_spread()
     run["benchmarks"][0]["extra_info"]["ab_base"]["confirmation_pairs"] = 4
     measured = interleaved_medians(run, 4)
     assert confirming_pairs(run) == {a: 4}
-    rows, missing = judge_measured(measured, 1.0, 0.95, 10.0, pairs=4, confirming=confirming_pairs(run))
+    rows, missing = judge_measured(measured, 1.0, 0.95, pairs=4, confirming=confirming_pairs(run))
     row = {r.fullname: r for r in rows}
     assert missing == [] and row[a].confirmation_pairs == 4 and row[b].confirmation_pairs == 0
     # all eight pairs' spread, not the first four's (Stein's width would call this slower)
-    assert row[a].verdict == judge([1.0] * 8, head_a, 1.0, 0.95).verdict == SAME
+    assert row[a].verdict == judge([1.0] * 8, head_a, 1.0, 0.95).verdict == UNRESOLVED  # not slower
     assert judge([1.0] * 8, head_a, 1.0, 0.95, first_stage=4).verdict == SLOWER
 
 
@@ -65,13 +65,14 @@ def test_confirmed_entries_are_judged_at_half_the_error():
     run["benchmarks"][0]["extra_info"]["ab_base"]["confirmation_pairs"] = 3
     measured, confirming = interleaved_medians(run, 3), confirming_pairs(run)
     assert confirmed_confidence(0.95) == pytest.approx(0.975) and confirmed_confidence(0.9) == pytest.approx(0.95)
-    (row,), _ = judge_measured(measured, 1.0, 0.95, 10.0, pairs=3, confirming=confirming)
-    assert row.verdict == SAME and row.low < 1.01 < judge_ratios(FALSE_ALARM, 1.0, 0.95).low
+    (row,), _ = judge_measured(measured, 1.0, 0.95, pairs=3, confirming=confirming)
+    # not slower: unresolved, leaning slower (its interval excludes 1 but not the threshold band)
+    assert (row.verdict, row.leans) == (UNRESOLVED, SLOWER) and row.low < 1.01 < judge_ratios(FALSE_ALARM, 1.0, 0.95).low
     strict = judge_ratios(FALSE_ALARM, 1.0, 0.975)
     assert (row.low, row.high) == pytest.approx((strict.low, strict.high))
-    (at_95,), _ = judge_measured(measured, 1.0, 0.95, 10.0, pairs=3, confirming=confirming, confirm_confidence=0.95)
+    (at_95,), _ = judge_measured(measured, 1.0, 0.95, pairs=3, confirming=confirming, confirm_confidence=0.95)
     assert at_95.verdict == SLOWER  # the rule before the halved error: a false alarm
-    (unconfirmed,), _ = judge_measured(measured, 1.0, 0.95, 10.0, pairs=6)
+    (unconfirmed,), _ = judge_measured(measured, 1.0, 0.95, pairs=6)
     assert unconfirmed.verdict == SLOWER  # six pairs that were not chosen are judged at 95%
 
 

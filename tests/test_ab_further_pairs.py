@@ -52,7 +52,7 @@ def test_entries_with_further_pairs_are_judged_on_all_of_them():
     run = _session_run({a: [1.0] * 4, b: [1.0] * 6, c: [1.0]}, {a: [1.0] * 4, b: [1.0] * 6, c: [1.0]})
     measured = interleaved_medians(run, 4)
     assert len(measured["head"]) == 6 and b in measured["head"][5] and a not in measured["head"][5]
-    rows, missing = judge_measured(measured, 1.0, 0.95, 10.0, pairs=4)
+    rows, missing = judge_measured(measured, 1.0, 0.95, pairs=4)
     assert {r.fullname: len(r.base_s) for r in rows} == {a: 4, b: 6} and missing == [c]
 
 

@@ -16,8 +16,8 @@ import pytest
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.ab.run import ABResult, Side, bootstrap_interval, judge_pairs
 from numabench.ab.formats import SCHEMA, from_json, render_as, render_github, render_markdown, render_text, \
-    sorted_rows, to_json
-from numabench.gate.pairs import UNRESOLVED, judge, t_interval, t_quantile
+    by_concern, sorted_rows, to_json
+from numabench.gate.pairs import UNRESOLVED, judge, pairs_to_resolve, t_interval, t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,13 +53,14 @@ def test_the_interval_and_resolution_are_the_t_interval_on_log_ratios():
 @pytest.mark.parametrize("ratios, verdict", [
     ([1.050, 1.060, 1.055], SLOWER),    # the whole interval above 1.01
     ([0.950, 0.940, 0.945], FASTER),    # the whole interval below 1/1.01
-    ([1.002, 0.998, 1.001], SAME),      # resolution ~0.5%: no change of 1% is there
+    ([1.002, 0.998, 1.001], SAME),      # 0.995-1.006: wholly within 1% of 1, no change of 1% is there
     ([1.000, 1.150, 0.900], UNRESOLVED),  # resolution ~36%: too wide to say anything
-    ([1.050, 1.060], UNRESOLVED),       # 2 pairs of 1.05-1.06: t(1 df) = 12.7 makes it ~6.2% wide, > 5%
+    ([1.050, 1.060], UNRESOLVED),       # 2 pairs of 1.05-1.06: t(1 df) = 12.7 makes it 0.993-1.120
+    ([1.02, 1.035, 1.03], UNRESOLVED),  # 1.009-1.047: not within 1% of 1, not wholly beyond it
     ([1.3, 1.5, 1.4], SLOWER),          # wide (~29%) but wholly above the threshold: it says slower
 ])
 def test_verdicts(ratios, verdict):
-    j = judge(*pairs_of(ratios), threshold_pct=1.0, confidence=0.95, coarsest_pct=5.0)
+    j = judge(*pairs_of(ratios), threshold_pct=1.0, confidence=0.95)
     assert j.verdict == verdict, j
 
 
@@ -70,12 +71,23 @@ def test_fewer_than_two_pairs_is_unresolved_never_same():
     assert judge([0.01, 0.01], [0.01, 0.01], 1.0, 0.95).verdict == SAME
 
 
-def test_the_coarsest_limit_decides_between_same_and_unresolved():
-    pairs = pairs_of([1.00, 1.03, 0.98, 1.01])
-    j = judge(*pairs, threshold_pct=1.0, confidence=0.95)
-    assert 2.0 < j.resolution_pct < 4.0
-    assert judge(*pairs, 1.0, 0.95, coarsest_pct=j.resolution_pct + 0.01).verdict == SAME
-    assert judge(*pairs, 1.0, 0.95, coarsest_pct=j.resolution_pct - 0.01).verdict == UNRESOLVED
+def test_same_only_where_the_whole_interval_lies_within_the_threshold_band():
+    """An equivalence test: a 3% resolution around 1.00 does not rule out a 1% change, so it is
+    unresolved (no lean: the interval holds 1); 1.028 [1.009-1.047] excludes 1 but not the band,
+    so it is unresolved and leans slower, with the pairs that would resolve it; at a 5% threshold
+    both lie wholly within the band: same."""
+    wide = judge(*pairs_of([1.00, 1.03, 0.98, 1.01]), threshold_pct=1.0, confidence=0.95)
+    assert 2.0 < wide.resolution_pct < 4.0 and wide.low < 1 < wide.high
+    assert (wide.verdict, wide.leans) == (UNRESOLVED, None)
+    leaning = judge(*pairs_of([1.02, 1.035, 1.03]), threshold_pct=1.0, confidence=0.95)
+    assert (leaning.verdict, leaning.leans) == (UNRESOLVED, SLOWER) and 1 < leaning.low < 1.01 < leaning.high
+    assert pairs_to_resolve([1.02, 1.035, 1.03], 1.0, 0.95) == 4
+    faster = judge(*pairs_of([0.98, 0.965, 0.97]), threshold_pct=1.0, confidence=0.95)
+    assert (faster.verdict, faster.leans) == (UNRESOLVED, FASTER)
+    for ratios in ([1.00, 1.03, 0.98, 1.01], [1.02, 1.035, 1.03]):
+        assert judge(*pairs_of(ratios), threshold_pct=5.0, confidence=0.95).verdict == SAME
+    # a mean on the band's edge: no number of pairs resolves it
+    assert pairs_to_resolve([1.0, 1.02], 1.0, 0.95) is None
 
 
 def test_bad_medians_are_refused_naming_them():
@@ -108,7 +120,7 @@ def result(entries: dict[str, list[float]], pairs: int = 3, coarsest: float = 10
                    pairs, 1.0, 0.95, coarsest_pct=coarsest, selection=["benchmarks", "--numa-tier=smoke"],
                    hardware_key="H100x1_test")
     for name, ratios in entries.items():
-        res.rows.append(judge_pairs(name, *pairs_of(ratios), 1.0, 0.95, coarsest, f"benchmarks/x.py::{name}"))
+        res.rows.append(judge_pairs(name, *pairs_of(ratios), 1.0, 0.95, f"benchmarks/x.py::{name}"))
     return res
 
 
@@ -118,45 +130,56 @@ ENTRIES = {
     "test_wide[c]": [1.000, 1.150, 0.900],
     "test_fast[d]": [0.950, 0.940, 0.945],
     "test_slower_still[e]": [1.20, 1.21, 1.19],
+    "test_leans[f]": [1.02, 1.035, 1.03],
 }
 
 
 def test_exit_code_is_1_only_on_a_slower_entry():
     assert result(ENTRIES).exit_code == 1
     calm = {k: v for k, v in ENTRIES.items() if k not in ("test_slow[b]", "test_slower_still[e]")}
-    res = result(calm)
+    res = result(calm)  # an entry leaning slower fails nothing: it is not shown to be slower
     assert {r.verdict for r in res.rows} == {SAME, UNRESOLVED, FASTER} and res.exit_code == 0
 
 
-def test_entries_are_sorted_slowest_first():
+def test_entries_are_sorted_slowest_first_and_read_slower_then_leaning_first():
     res = result(ENTRIES)
-    assert [r.name for r in sorted_rows(res)] == ["test_slower_still[e]", "test_slow[b]", "test_wide[c]",
-                                                  "test_same[a]", "test_fast[d]"]
+    assert [r.name for r in sorted_rows(res)] == ["test_slower_still[e]", "test_slow[b]", "test_leans[f]",
+                                                  "test_wide[c]", "test_same[a]", "test_fast[d]"]
+    # the tables: the slower entries, then those leaning slower, faster ones, the rest unresolved, the same
+    assert [r.name for r in by_concern(res)] == ["test_slower_still[e]", "test_slow[b]", "test_leans[f]",
+                                                 "test_fast[d]", "test_wide[c]", "test_same[a]"]
     text = render_text(res)
     body = [ln.split()[0] for ln in text.splitlines() if ln.startswith("test_")]
-    assert body == [r.name for r in sorted_rows(res)]
+    assert body == [r.name for r in by_concern(res)]
 
 
 def test_text_leads_with_what_changed_and_names_unresolved():
     text = render_text(result(ENTRIES))
     first = text.splitlines()[0]
-    assert first.startswith("numabench A/B: REGRESSION: 2 of 5 entries slower") and first.endswith("exit 1"), first
-    assert "5 entries: 2 slower, 1 faster, 1 same, 1 unresolved" in text
-    assert "WARNING: 1 entries unresolved (resolution coarser than 10%): NOT JUDGED" in text
+    assert first.startswith("numabench A/B: REGRESSION: 2 of 6 entries slower") and first.endswith("exit 1"), first
+    assert "6 entries: 2 slower, 1 faster, 1 same, 2 unresolved, 1 of them leaning slower" in text
+    assert "WARNING: 2 entries unresolved (their intervals neither within nor beyond 1%): NOT JUDGED" in text
     wide = next(ln for ln in text.splitlines() if ln.startswith("test_wide[c]"))
     assert UNRESOLVED in wide and "-" not in wide.split()[3]  # its resolution is printed
+    leans = next(ln for ln in text.splitlines() if ln.startswith("test_leans[f]"))
+    assert "unresolved, leans slower" in leans
+    last = text.splitlines()[-1]  # right after the REGRESSION line
+    assert last == ("LEANS SLOWER: test_leans[f] 1.0283 [1.0095-1.0475] on 3 pairs: about 4 pairs would resolve it "
+                    "(numabench ab --pairs 4)"), last
+    assert text.splitlines()[-2].startswith("REGRESSION: 2 entries slower")
 
 
 def test_markdown_is_a_job_summary():
     md = render_markdown(result(ENTRIES))
     lines = md.splitlines()
-    assert lines[0] == "### numabench A/B: **2 slower** (5 entries)"
+    assert lines[0] == "### numabench A/B: **2 slower** (6 entries)"
     assert "> [!WARNING]" in md and "`test_wide[c]`" in md
     tables = [i for i, ln in enumerate(lines) if ln.startswith("| benchmark |")]
     assert len(tables) == 2  # what changed, then every entry (collapsed)
-    changed = [ln.split(" | ")[0][2:] for ln in lines[tables[0] + 2:] if ln.startswith("| test_")][:4]
-    assert changed == ["test_slower_still[e]", "test_slow[b]", "test_wide[c]", "test_fast[d]"]
-    assert "<details><summary>all 5 entries, slowest first</summary>" in md
+    changed = [ln.split(" | ")[0][2:] for ln in lines[tables[0] + 2:] if ln.startswith("| test_")][:5]
+    assert changed == ["test_slower_still[e]", "test_slow[b]", "test_leans[f]", "test_fast[d]", "test_wide[c]"]
+    assert "<details><summary>all 6 entries, slowest first</summary>" in md
+    assert "- LEANS SLOWER: test_leans[f] 1.0283 [1.0095-1.0475]" in md
     calm = render_markdown(result({"test_same[a]": [1.002, 0.998, 1.001]}))
     assert "**no regression**" in calm and "Every entry is the same within its interval." in calm
 
@@ -167,7 +190,8 @@ def test_github_annotations():
     assert [ln.split("::")[1] for ln in errors] == ["error title=numabench A/B slower test_slower_still[e]",
                                                     "error title=numabench A/B slower test_slow[b]"]
     assert "%25" in out[-1] or "%" not in out[-1].split("::", 2)[2]  # data escaped
-    [warn] = [ln for ln in out if ln.startswith("::warning ")]
+    lean, warn = [ln for ln in out if ln.startswith("::warning ")]
+    assert lean.startswith("::warning title=numabench A/B leans slower test_leans[f]::LEANS SLOWER")
     assert "test_wide[c]" in warn and "unresolved" in warn
     assert out[-1].startswith("::notice title=numabench A/B::numabench A/B: REGRESSION")
 
@@ -180,7 +204,9 @@ def test_json_round_trips_and_holds_the_run():
     assert data["head"]["env"] == {"NUMABENCH_INJECT_SLOWDOWN": "1.05"}
     assert data["selection"] == ["benchmarks", "--numa-tier=smoke"] and data["hardware_key"] == "H100x1_test"
     assert (data["threshold_pct"], data["confidence"], data["coarsest_pct"]) == (1.0, 0.95, 10.0)
-    assert data["counts"] == {SLOWER: 2, FASTER: 1, SAME: 1, UNRESOLVED: 1}
+    assert data["counts"] == {SLOWER: 2, FASTER: 1, SAME: 1, UNRESOLVED: 2}
+    leans = next(e for e in data["entries"] if e["name"] == "test_leans[f]")
+    assert (leans["verdict"], leans["leans"], leans["pairs_to_resolve"]) == (UNRESOLVED, SLOWER, 4)
     first = data["entries"][0]
     assert first["name"] == "test_slower_still[e]" and first["fullname"] == "benchmarks/x.py::test_slower_still[e]"
     assert first["pair_ratios"] == pytest.approx([1.20, 1.21, 1.19]) and len(first["base_medians_s"]) == 3

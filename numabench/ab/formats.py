@@ -19,7 +19,7 @@ from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.gate import formats
 from numabench.gate.formats import Renderers, escape_data, escape_property, format_table
 from numabench.ab.run import TIMINGS, ABResult, ABRow, Side
-from numabench.gate.pairs import INTERVAL, PAIR_RATIOS, UNRESOLVED
+from numabench.gate.pairs import INTERVAL, PAIR_RATIOS, UNRESOLVED, pairs_to_resolve
 
 SCHEMA = "numabench-ab/1"  # the JSON's "schema": docs/GATE.md describes it
 RUN_KEY = "numabench_ab"  # a kept session's record of how its A/B ran (run_record)
@@ -31,6 +31,37 @@ MARKDOWN_NAMED = 8  # unresolved entries named in a warning line
 def sorted_rows(res: ABResult) -> list[ABRow]:
     """Slowest first (ratio head/base descending), then by name."""
     return sorted(res.rows, key=lambda r: (-r.ratio, r.name))
+
+
+# the order a reader takes the entries in: what fails the run, what may, what changed for the better,
+# what could not be judged, what is the same
+CONCERN = {SLOWER: 0, f"{UNRESOLVED} {SLOWER}": 1, f"{UNRESOLVED} {FASTER}": 2, FASTER: 3, UNRESOLVED: 4, SAME: 5}
+
+
+def by_concern(res: ABResult) -> list[ABRow]:
+    """Slower entries first, then the unresolved ones leaning slower, leaning faster, the faster
+    ones, the other unresolved ones, the same ones; each group slowest first."""
+    return sorted(res.rows, key=lambda r: (CONCERN[f"{r.verdict} {r.leans}" if r.leans else r.verdict], -r.ratio,
+                                           r.name))
+
+
+def leaning(res: ABResult) -> list[ABRow]:
+    """The unresolved entries whose interval excludes 1, leaning slower first."""
+    return [r for r in by_concern(res) if r.verdict == UNRESOLVED and r.leans]
+
+
+def verdict_text(r: ABRow) -> str:
+    """'slower', 'same', ..., or 'unresolved, leans slower'."""
+    return f"{r.verdict}, leans {r.leans}" if r.leans else r.verdict
+
+
+def lean_line(r: ABRow, res: ABResult) -> str:
+    """A leaning entry, its interval and the pairs that would resolve it."""
+    need = pairs_to_resolve(r.pair_ratios, res.threshold_pct, res.row_confidence(r))
+    resolve = (f"about {need} pairs would resolve it (numabench ab --pairs {need})" if need is not None
+               else "more than 100 pairs would be needed to resolve it: its change lies about at the threshold")
+    return (f"LEANS {r.leans.upper()}: {r.name} {r.ratio:.4f} [{r.low:.4f}-{r.high:.4f}] on {len(r.base_s)} pairs: "
+            f"{resolve}")
 
 
 def counts(res: ABResult) -> dict[str, int]:
@@ -52,7 +83,7 @@ def cells(r: ABRow, pairs: int | None = None) -> tuple[str, ...]:
     if r.confirmation_pairs:
         took += f", {r.confirmation_pairs} confirming"
     res = _res(r.resolution_pct) + (f" ({took})" if took else "")
-    return (r.name, f"{r.ratio:.4f}", f"{r.low:.4f}-{r.high:.4f}", res, r.verdict,
+    return (r.name, f"{r.ratio:.4f}", f"{r.low:.4f}-{r.high:.4f}", res, verdict_text(r),
             f"{statistics.median(r.base_s) * 1e3:.4g}", f"{statistics.median(r.head_s) * 1e3:.4g}")
 
 
@@ -72,7 +103,16 @@ def headline(res: ABResult) -> str:
         status = f"{stopped_note(res)}; {status}"
     what = f"numabench A/B (re-judged from {res.rejudged_from}, nothing measured)" if res.rejudged_from \
         else "numabench A/B"
-    return f"{what}: {status} ({', '.join(f'{n} {v}' for v, n in c.items())}); exit {res.exit_code}"
+    return f"{what}: {status} ({count_text(res)}); exit {res.exit_code}"
+
+
+def count_text(res: ABResult) -> str:
+    """'0 slower, 0 faster, 3 same, 2 unresolved, 1 of them leaning slower'."""
+    c = counts(res)
+    text = ", ".join(f"{n} {v}" for v, n in c.items())
+    leans = [f"{sum(r.leans == way for r in leaning(res))} of them leaning {way}" for way in (SLOWER, FASTER)
+             if any(r.leans == way for r in leaning(res))]
+    return text + (f", {' and '.join(leans)}" if leans else "")
 
 
 def pct(confidence: float) -> str:
@@ -96,8 +136,11 @@ def rule_line(res: ABResult) -> str:
     return (f"{res.pairs} {how}; ratio head/base: geometric mean of the pair ratios (each pair's "
             f"{pair_ratio_text(res)}), "
             f"{pct(res.confidence)} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
-            f"{res.threshold_pct:g}%; unresolved where the interval's relative half-width (the resolution) is "
-            f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured"
+            + (f"{res.threshold_pct:g}%, same only when it lies wholly within {res.threshold_pct:g}% of 1, else "
+               "unresolved (leaning slower or faster where it excludes 1)" if res.same_within_band else
+               f"{res.threshold_pct:g}%; unresolved where the interval's relative half-width (the resolution) is "
+               f"coarser than {res.coarsest_pct:g}% or fewer than 2 pairs were measured (judged before same meant "
+               "an interval wholly within the threshold)")
             + (f"; a worker run whose first pairs were too spread to reach a resolution of {res.target_pct:g}% took "
                f"further pairs, up to {res.max_pairs} (Stein's two-stage rule: its interval's width from the first "
                f"{res.pairs})" if res.max_pairs and res.time_budget_s is None else "")
@@ -112,6 +155,13 @@ def rule_line(res: ABResult) -> str:
                "looked changed, are among them)" if res.confirm_pairs else ""))
 
 
+def unresolved_why(res: ABResult) -> str:
+    """Why its unresolved entries are, by the rule the run was judged by."""
+    if res.same_within_band:
+        return f"their intervals neither within nor beyond {res.threshold_pct:g}%"
+    return f"resolution coarser than {res.coarsest_pct:g}%"
+
+
 def pair_ratio_text(res: ABResult) -> str:
     """What a pair's ratio is in this run (gate.pairs.PAIR_RATIOS)."""
     if res.pair_ratio in PAIR_RATIOS:
@@ -123,7 +173,7 @@ def pair_ratio_text(res: ABResult) -> str:
 
 def summary_lines(res: ABResult) -> list[str]:
     c = counts(res)
-    lines = [f"{len(res.rows)} entries: " + ", ".join(f"{n} {v}" for v, n in c.items())]
+    lines = [f"{len(res.rows)} entries: {count_text(res)}"]
     if res.stopped_by:
         lines.append(f"WARNING: {stopped_note(res)}")
     resolved = sorted(r.resolution_pct for r in res.rows if r.resolution_pct is not None)
@@ -132,8 +182,8 @@ def summary_lines(res: ABResult) -> list[str]:
                      f"{statistics.median(resolved):.2f}%); an entry is judged slower from a ratio of about "
                      f"(1 + threshold) x (1 + resolution)")
     if c[UNRESOLVED]:
-        lines.append(f"WARNING: {c[UNRESOLVED]} entries unresolved (resolution coarser than {res.coarsest_pct:g}%): "
-                     "NOT JUDGED; more pairs narrow their intervals")
+        lines.append(f"WARNING: {c[UNRESOLVED]} entries unresolved ({unresolved_why(res)}): NOT JUDGED; more pairs "
+                     "narrow their intervals")
     if res.missing:
         lines.append(f"WARNING: {len(res.missing)} entries not measured in every pair of both sides (NOT JUDGED): "
                      + "; ".join(res.missing[:8]) + (" ..." if len(res.missing) > 8 else ""))
@@ -147,6 +197,7 @@ def summary_lines(res: ABResult) -> list[str]:
     if c[SLOWER]:
         lines.append(f"REGRESSION: {c[SLOWER]} entries slower by more than {res.threshold_pct:g}% "
                      f"with {confidence_text(res)} confidence")
+    lines += [lean_line(r, res) for r in leaning(res)]
     return lines
 
 
@@ -170,7 +221,7 @@ def render_text(res: ABResult) -> str:
     if res.hardware_key:
         lines.append(f"machine: {res.hardware_key}")
     lines += [rule_line(res), ""]
-    lines += format_table(HEADER, [cells(r, res.pairs) for r in sorted_rows(res)])
+    lines += format_table(HEADER, [cells(r, res.pairs) for r in by_concern(res)])
     lines.append("")
     lines += summary_lines(res)
     return "\n".join(lines)
@@ -193,13 +244,13 @@ def render_markdown(res: ABResult) -> str:
     out = [f"### {what}: {status} ({len(res.rows)} entries)", "",
            f"base `{_side(res.base)}`, head `{_side(res.head)}`"
            + (f" on `{res.hardware_key}`" if res.hardware_key else "") + f"; {rule_line(res)}.", ""]
-    unresolved = [r for r in sorted_rows(res) if r.verdict == UNRESOLVED]
+    unresolved = [r for r in by_concern(res) if r.verdict == UNRESOLVED]
     if unresolved:
-        out += [f"> [!WARNING]\n> {len(unresolved)} entries unresolved, NOT JUDGED (resolution coarser than "
-                f"{res.coarsest_pct:g}%): "
-                + ", ".join(f"`{r.name}` {_res(r.resolution_pct)}%" for r in unresolved[:MARKDOWN_NAMED])
+        out += [f"> [!WARNING]\n> {len(unresolved)} entries unresolved, NOT JUDGED ({unresolved_why(res)}): "
+                + ", ".join(f"`{r.name}` {verdict_text(r)}, {_res(r.resolution_pct)}%"
+                            for r in unresolved[:MARKDOWN_NAMED])
                 + (", ..." if len(unresolved) > MARKDOWN_NAMED else "") + "; more pairs narrow their intervals", ""]
-    changed = [r for r in sorted_rows(res) if r.verdict != SAME]
+    changed = [r for r in by_concern(res) if r.verdict != SAME]
     if changed:
         out += _md_table(changed, res.pairs) + [""]
     else:
@@ -223,9 +274,11 @@ def render_github(res: ABResult) -> str:
     lines = [f"::error title=numabench A/B stopped::{escape_data(stopped_note(res))}"] if res.stopped_by else []
     lines += [f"::error title={escape_property('numabench A/B slower ' + r.name)}::{escape_data(_describe(r, res))}"
               for r in sorted_rows(res) if r.verdict == SLOWER]
-    unresolved = [r for r in sorted_rows(res) if r.verdict == UNRESOLVED]
+    lines += [f"::warning title={escape_property(f'numabench A/B leans {r.leans} ' + r.name)}::"
+              f"{escape_data(lean_line(r, res))}" for r in leaning(res)]
+    unresolved = [r for r in by_concern(res) if r.verdict == UNRESOLVED]
     if unresolved:
-        text = (f"{len(unresolved)} entries unresolved, not judged (resolution coarser than {res.coarsest_pct:g}%): "
+        text = (f"{len(unresolved)} entries unresolved, not judged ({unresolved_why(res)}): "
                 + ", ".join(f"{r.name} {_res(r.resolution_pct)}%" for r in unresolved))
         lines.append(f"::warning title=numabench A/B unresolved::{escape_data(text)}")
     lines.append(f"::notice title=numabench A/B::{escape_data('; '.join([headline(res), *summary_lines(res)]))}")
@@ -253,7 +306,9 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "mem_total_gib": list(res.mem_total_gib) if res.mem_total_gib else None,
         "rejudged_from": res.rejudged_from,
         "entries": [{
-            "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "pairs": len(r.base_s),
+            "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "leans": r.leans,
+            "pairs_to_resolve": pairs_to_resolve(r.pair_ratios, res.threshold_pct, res.row_confidence(r))
+            if r.leans else None, "pairs": len(r.base_s),
             "confirmation_pairs": r.confirmation_pairs, "ratio": r.ratio,
             "interval": [r.low, r.high], "resolution_pct": r.resolution_pct,
             "pair_ratios": r.pair_ratios, "pair_ratios_from": "rounds" if r.round_ratios is not None else "medians",
@@ -335,6 +390,7 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None,
                        mem_total_gib=_mem_total(data.get("mem_total_gib")),
                        rejudged_from=str(data["rejudged_from"]) if data.get("rejudged_from") else None,
+                       same_within_band=all("leans" in e for e in data["entries"]),
                        # saved before it existed: confirmed entries judged at the run's confidence
                        confirm_confidence=None if data.get("confirm_confidence") is None
                        else float(data["confirm_confidence"]))
@@ -349,10 +405,20 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                                   [float(v) for v in e["head_medians_s"]], float(e["ratio"]), float(low), float(high),
                                   e["verdict"], None if e["resolution_pct"] is None else float(e["resolution_pct"]),
                                   e.get("fullname") or e["name"], int(e.get("confirmation_pairs") or 0),
-                                  _cpus(e.get("base_cpus")), _cpus(e.get("head_cpus")), _round_ratios(e)))
+                                  _cpus(e.get("base_cpus")), _cpus(e.get("head_cpus")), _round_ratios(e),
+                                  leans=_leans(e)))
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{source}: not an A/B run ({type(e).__name__}: {e})") from None
     return res
+
+
+def _leans(entry: dict) -> str | None:
+    """An unresolved entry's lean as saved (None: saved before leans were named, or none)."""
+    leans = entry.get("leans")
+    if leans not in (None, SLOWER, FASTER) or (leans and entry["verdict"] != UNRESOLVED):
+        raise ValueError(f"entry {entry.get('name')!r}: leans {leans!r}: allowed {SLOWER} or {FASTER} on an "
+                         f"{UNRESOLVED} entry, or null")
+    return leans
 
 
 def _round_ratios(entry: dict) -> list[float] | None:

@@ -79,7 +79,7 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None,
         res = dataclasses.replace(ran, pairs=first, threshold_pct=threshold_pct, confidence=confidence,
                                   coarsest_pct=coarsest_pct, interleave="rounds", timings_s={}, stopped_by=None,
                                   rejudged_from=source)
-    res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, first, confirming,
+    res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, first, confirming,
                                            confirm_confidence)
     res.confirm_pairs = max(confirming.values(), default=0)
     res.confirm_confidence = confirm_confidence if res.confirm_pairs else None

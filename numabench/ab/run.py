@@ -20,8 +20,9 @@ confidence interval Student's t on the log ratios (pairs, not rounds, are the
 independent samples) and its resolution the interval's relative half-width
 (numabench.gate.pairs). An entry is ``slower`` only when the whole
 interval lies above 1 + threshold (``faster``: below 1 / (1 + threshold)),
-``unresolved`` where its resolution is coarser than ``coarsest``; exit 1 on
-any ``slower``.
+``same`` only when it lies wholly within those bounds, else ``unresolved``
+(leaning slower or faster where the interval excludes 1); exit 1 on any
+``slower``.
 
 Library code does not print: :func:`run_ab` returns an :class:`ABResult`
 (``progress`` receives one line per invocation); numabench.ab.formats
@@ -99,6 +100,8 @@ class ABRow:
     # the pair ratios head/base it was judged on, where they are not head_s / base_s: each pair's
     # round-by-round ratio (rounds mode; pair_rule.round_ratio). None: those of the medians
     round_ratios: list[float] | None = None
+    # an unresolved entry whose interval excludes 1: which way (gate.pairs: SLOWER or FASTER); None: neither
+    leans: str | None = None
 
     @property
     def pair_ratios(self) -> list[float]:
@@ -118,6 +121,9 @@ class ABResult:
     rows: list[ABRow] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # entries one side did not measure in every invocation
     coarsest_pct: float = DEFAULT_COARSEST_PCT
+    # judged by the equivalence rule (gate.pairs: same only within the threshold band); False: a run saved
+    # before it, whose same meant a resolution within coarsest_pct and an interval not beyond the threshold
+    same_within_band: bool = True
     selection: list[str] = field(default_factory=list)  # the pytest arguments of every invocation
     hardware_key: str | None = None
     interleave: str = "invocations"  # INTERLEAVE
@@ -203,7 +209,7 @@ def confirm_confidence_of(confidence: float, given: float | None) -> float:
 
 
 def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float,
-                confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT, fullname: str = "",
+                confidence: float, fullname: str = "",
                 first_stage: int | None = None, confirmation_pairs: int = 0,
                 round_ratios: Sequence[float] | None = None, confirm_confidence: float | None = None) -> ABRow:
     """One entry's row from each side's per-pair medians. With ``confirmation_pairs`` (its worker
@@ -218,12 +224,12 @@ def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], thr
         if len(round_ratios) != len(base_s) or len(head_s) != len(base_s):
             raise ValueError(f"{name}: {len(round_ratios)} round ratios for {len(base_s)} base and {len(head_s)} "
                              "head medians: allowed one of each per pair")
-        j = pair_rule.judge_ratios(round_ratios, threshold_pct, confidence, coarsest_pct, stein)
+        j = pair_rule.judge_ratios(round_ratios, threshold_pct, confidence, stein)
     else:
-        j = pair_rule.judge(base_s, head_s, threshold_pct, confidence, coarsest_pct, stein)
+        j = pair_rule.judge(base_s, head_s, threshold_pct, confidence, stein)
     return ABRow(name, list(base_s), list(head_s), j.ratio, j.low, j.high, j.verdict, j.resolution_pct,
                  fullname or name, confirmation_pairs,
-                 round_ratios=None if round_ratios is None else [float(r) for r in round_ratios])
+                 round_ratios=None if round_ratios is None else [float(r) for r in round_ratios], leans=j.leans)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -463,8 +469,7 @@ def measure(sides: dict[str, Side], pytest_args: Sequence[str], pairs: int, scra
 
 
 def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: float,
-                   confidence: float, coarsest_pct: float = DEFAULT_COARSEST_PCT,
-                   pairs: int | None = None, confirming: Mapping[str, int] | None = None,
+                   confidence: float, pairs: int | None = None, confirming: Mapping[str, int] | None = None,
                    confirm_confidence: float | None = None) -> tuple[list[ABRow], list[str]]:
     """The rows of the entries both sides measured in each of the first ``pairs`` invocations
     (pair i: base's i-th and head's i-th; default: every invocation), each judged on every pair
@@ -483,7 +488,7 @@ def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: f
             continue
         by_rounds = [r for _, _, r in both]
         rows.append(judge_pairs(name.split("::")[-1], [b for b, _, _ in both], [h for _, h, _ in both],
-                                threshold_pct, confidence, coarsest_pct, name, first_stage=need,
+                                threshold_pct, confidence, name, first_stage=need,
                                 confirmation_pairs=(confirming or {}).get(name, 0),
                                 round_ratios=by_rounds if None not in by_rounds else None,
                                 confirm_confidence=confirm_confidence))
@@ -667,7 +672,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         res = ABResult(sides["base"], sides["head"], pairs, threshold_pct, confidence,
                        coarsest_pct=coarsest_pct, selection=list(pytest_args), interleave=interleave, when=when,
                        timings_s={k: round(v, 1) for k, v in timings.items()})
-        res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, coarsest_pct, pairs,
+        res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, pairs,
                                                measured.get("confirming"), confirm_confidence)
         attach_cpus(res.rows, measured.get("cpus") or {})
         if max_pairs > pairs or time_budget_s is not None:

@@ -195,8 +195,10 @@ class ABSettings:
         _fraction("--confirm-confidence"), show=lambda v: f"{v:g}", metavar="C",
         default_text="half the error of --confidence, 0.975 at 0.95")
     coarsest: float = _setting(
-        DEFAULT_COARSEST_PCT, "coarsest", "an entry whose resolution (the interval's relative half-width) is coarser "
-        "than this is unresolved, not same", _pct("--coarsest", "10%", positive=True), show=_show_pct,
+        DEFAULT_COARSEST_PCT, "coarsest", "with --time-budget: a resolution (the interval's relative half-width) that "
+        "further pairs bring entries within as well as --target-resolution, the entries farthest from any verdict "
+        "first (the verdict itself is the threshold's: same only within it)", _pct("--coarsest", "10%", positive=True),
+        show=_show_pct,
         metavar="PCT")
     base_env: tuple[tuple[str, str], ...] = _setting(
         (), "base-env", "a variable for the base's workers only (repeatable)", _env_items("--base-env"),

@@ -27,10 +27,15 @@ side of 1. Its verdict:
 
 - ``slower`` where the whole interval lies above ``1 + threshold``; ``faster`` where it lies
   below ``1 / (1 + threshold)``. Width does not matter here: such an interval says what it says.
-- else ``unresolved`` where fewer than 2 pairs were measured or the resolution is coarser
-  than ``coarsest``: the run cannot tell a change of ``coarsest`` from none, so calling it
-  ``same`` would claim what was not measured;
-- else ``same``.
+- ``same`` only where the whole interval lies within the threshold band, ``1 / (1 + threshold)``
+  to ``1 + threshold`` (an equivalence test, as two one-sided tests at the interval's
+  confidence): the pairs rule out any change as large as the threshold.
+- else ``unresolved`` (as with fewer than 2 pairs): the pairs cannot tell a change of the
+  threshold from none. Where its interval excludes 1 it ``leans`` slower or faster
+  ("unresolved, leans slower: 1.028 [1.006-1.050]"): something changed, by less than the
+  threshold or by more, and ``pairs_to_resolve`` says how many pairs would tell which.
+  A ``same`` that only meant "not shown to be slower" would pass a 3% slowdown measured
+  with a 3% resolution; this rule calls it unresolved, leaning slower.
 
 Further pairs (``numabench ab --max-pairs``) follow Stein's two-stage rule: the first
 ``pairs`` pairs (the first stage) decide how many pairs in all would bring the interval to
@@ -59,7 +64,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from numabench.gate.band import DEFAULT_COARSEST_PCT
 from numabench.gate.rule import FASTER, SAME, SLOWER
 
 UNRESOLVED = "unresolved"
@@ -148,6 +152,7 @@ class Judgement:
     high: float
     resolution_pct: float | None  # relative half-width of the interval; None: fewer than 2 pairs
     verdict: str
+    leans: str | None = None  # an unresolved entry whose interval excludes 1: SLOWER or FASTER
 
 
 def confirmed_confidence(confidence: float) -> float:
@@ -217,15 +222,15 @@ def round_ratio(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> f
 
 
 def judge(base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float, confidence: float,
-          coarsest_pct: float = DEFAULT_COARSEST_PCT, first_stage: int | None = None) -> Judgement:
+          first_stage: int | None = None) -> Judgement:
     """The verdict of one entry from its per-pair medians, each pair's ratio that of its medians
     (module docstring: the rule); ``first_stage``: the pairs that decided on further ones
     (Stein's rule), if any ran."""
-    return judge_ratios(pair_ratios(base_s, head_s), threshold_pct, confidence, coarsest_pct, first_stage)
+    return judge_ratios(pair_ratios(base_s, head_s), threshold_pct, confidence, first_stage)
 
 
 def judge_ratios(ratios: Sequence[float], threshold_pct: float, confidence: float,
-                 coarsest_pct: float = DEFAULT_COARSEST_PCT, first_stage: int | None = None) -> Judgement:
+                 first_stage: int | None = None) -> Judgement:
     """The verdict of one entry from its pair ratios head/base (``pair_ratios`` or ``round_ratio``
     of each pair), as ``judge``."""
     bad = [r for r in ratios if not (r > 0 and math.isfinite(r))]
@@ -240,11 +245,28 @@ def judge_ratios(ratios: Sequence[float], threshold_pct: float, confidence: floa
     resolution = math.expm1(half) * 100
     t = 1 + threshold_pct / 100
     if low > t:
-        verdict = SLOWER
-    elif high < 1 / t:
-        verdict = FASTER
-    elif resolution > coarsest_pct:
-        verdict = UNRESOLVED
-    else:
-        verdict = SAME
-    return Judgement(len(ratios), ratio, low, high, resolution, verdict)
+        return Judgement(len(ratios), ratio, low, high, resolution, SLOWER)
+    if high < 1 / t:
+        return Judgement(len(ratios), ratio, low, high, resolution, FASTER)
+    if low >= 1 / t and high <= t:
+        return Judgement(len(ratios), ratio, low, high, resolution, SAME)
+    leans = SLOWER if low > 1 else FASTER if high < 1 else None
+    return Judgement(len(ratios), ratio, low, high, resolution, UNRESOLVED, leans)
+
+
+def pairs_to_resolve(ratios: Sequence[float], threshold_pct: float, confidence: float, most: int = 100) -> int | None:
+    """About how many pairs in all would resolve an unresolved entry whose pairs gave ``ratios``,
+    if more pairs spread as these did and their mean stayed where it is: enough that the interval's
+    half-width falls below the distance from the mean to the nearer edge of the threshold band
+    (then the interval lies wholly within the band, same, or wholly beyond it, slower or faster).
+    None where that is more than ``most`` (the mean lies about on the edge) or fewer than
+    MIN_PAIRS ratios give no spread to go by."""
+    if len(ratios) < MIN_PAIRS:
+        return None
+    mean = statistics.fmean(math.log(r) for r in ratios)
+    edge = math.log1p(threshold_pct / 100)
+    distance = min(abs(mean - edge), abs(mean + edge))
+    if distance <= 0:
+        return None
+    need = pairs_for_target(ratios, math.expm1(distance) * 100, confidence, most + 1)
+    return None if need > most else max(need, len(ratios) + 1)

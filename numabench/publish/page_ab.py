@@ -13,7 +13,8 @@ from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.publish.page_changed import counts_text
 from numabench.publish.pages import esc, fmt_time, page, table, when_text
 from numabench.ab.run import ABResult, ABRow
-from numabench.ab.formats import confidence_text, counts, rule_line, sorted_rows, stopped_note
+from numabench.ab.formats import (by_concern, confidence_text, counts, lean_line, leaning, rule_line, sorted_rows,
+                                  stopped_note, verdict_text)
 from numabench.gate.pairs import UNRESOLVED
 
 # the chart's colours per verdict (site.js: red says slower, green faster)
@@ -100,7 +101,7 @@ def _resolution(r: ABRow) -> str:
 def _row_cells(i: int, r: ABRow, anchor: bool) -> list[str]:
     cls = f"v-{r.verdict}"
     name = f"<span id=\"e{i}\">{esc(r.name)}</span>" if anchor else f"<a href=\"#e{i}\">{esc(r.name)}</a>"
-    return [str(i), f"<span class=\"{cls}\">{esc(r.verdict)}</span>", f"<span class=\"{cls}\">{_pct(r)}</span>",
+    return [str(i), f"<span class=\"{cls}\">{esc(verdict_text(r))}</span>", f"<span class=\"{cls}\">{_pct(r)}</span>",
             _interval(r), _resolution(r), esc(family_of(r.name)), name,
             fmt_time(statistics.median(r.base_s)), fmt_time(statistics.median(r.head_s))]
 
@@ -135,15 +136,21 @@ def ab_html(p: ABPage) -> str:
     c = p.counts
     status = (f"<span class=\"v-slower\">REGRESSION: {c[SLOWER]} of {len(rows)} entries slower</span>"
               if c.get(SLOWER) else f"no regression in {len(rows)} entries")
-    changed = [(i, r) for i, r in enumerate(rows, 1) if r.verdict != SAME]
+    number = {id(r): i for i, r in enumerate(rows, 1)}  # each entry's # in the whole table and the chart
+    changed = [(number[id(r)], r) for r in by_concern(res) if r.verdict != SAME]
     parts = [f"<p class=\"lead v-slower\">{esc(stopped_note(res))}.</p>"] if res.stopped_by else []
     parts += [f"<p class=\"lead\">{status} &mdash; {counts_text(c)}; exit {res.exit_code}.</p>",
              f"<p>head {side_text(res.head)} against base {side_text(res.base)} &middot; machine "
              f"<code>{esc(res.hardware_key or 'not recorded')}</code> &middot; {esc(when_text(res.when))}</p>"]
     if changed:
-        what = ("<p class=\"muted\">Every entry not <i>same</i>, slowest first: its ratio head/base, the "
+        what = ("<p class=\"muted\">Every entry not <i>same</i>: the slower ones first, then those unresolved "
+                "that lean slower or faster, each group slowest first: its ratio head/base, the "
                 f"{confidence_text(res)} interval of that ratio, and the smallest change it resolves on this run.</p>"
                 + table(HEADER, [_row_cells(i, r, False) for i, r in changed], num=NUM, css="ab changes-ab"))
+        leans = leaning(res)
+        if leans:
+            what += ("<ul class=\"leaning\">" + "".join(f"<li class=\"v-unresolved\">{esc(lean_line(r, res))}</li>"
+                                                          for r in leans) + "</ul>")
     else:
         what = "<p class=\"muted chg-none\">No entry slower, faster or unresolved.</p>"
     if res.missing:
