@@ -91,7 +91,8 @@ def stopped_note(res: ABResult) -> str:
     """What a stopped session's table holds ('' where it ran to its end)."""
     if not res.stopped_by:
         return ""
-    return (f"STOPPED ({signal.Signals(res.stopped_by).name}) before the session's end: the entries of its finished "
+    cut = "" if res.passes_done is None else f", cut short after {res.passes_done} passes"
+    return (f"STOPPED ({signal.Signals(res.stopped_by).name}) before the session's end{cut}: the entries of its finished "
             "worker runs judged, the rest NOT MEASURED")
 
 
@@ -302,7 +303,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "confirm_pairs": res.confirm_pairs, "confirm_confidence": res.confirm_confidence, "workers": res.workers,
         "same_cpus": res.same_cpus, "passes": res.passes,
         "time_budget_s": res.time_budget_s,
-        "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None,
+        "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None, "passes_done": res.passes_done,
         "mem_total_gib": list(res.mem_total_gib) if res.mem_total_gib else None,
         "rejudged_from": res.rejudged_from,
         "entries": [{
@@ -388,6 +389,7 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        same_cpus=bool(data.get("same_cpus")), passes=bool(data.get("passes")),
                        time_budget_s=None if data.get("time_budget_s") is None else float(data["time_budget_s"]),
                        stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None,
+                       passes_done=None if data.get("passes_done") is None else int(data["passes_done"]),
                        mem_total_gib=_mem_total(data.get("mem_total_gib")),
                        rejudged_from=str(data["rejudged_from"]) if data.get("rejudged_from") else None,
                        same_within_band=all("leans" in e for e in data["entries"]),

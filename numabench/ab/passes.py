@@ -38,7 +38,7 @@ BASE_PER_PAIR = ("invocation_medians_s", "invocation_cpus", "invocation_rounds_s
 
 def empty_measured() -> dict[str, Any]:
     return {"base": [], "head": [], "ratios": [], "failed": [], "confirming": {}, "cpus": {}, "runs": {}, "walls": {},
-            "_no_cpus": set()}
+            "passes_done": 0, "_no_cpus": set()}
 
 
 def merge_session(merged: dict[str, Any], session: dict[str, Any]) -> None:
@@ -122,6 +122,7 @@ def _passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Se
         jsons.append(path)
         session = invoke_session(base, head, args, 1, path)
         merge_session(merged, session)
+        merged["passes_done"] += 1
         return session
 
     started = clock()

@@ -139,6 +139,7 @@ class ABResult:
     time_budget_s: float | None = None
     # the signal that stopped the session before its end (rounds mode): rows are its finished worker runs'
     stopped_by: int | None = None
+    passes_done: int | None = None  # in passes, the passes that ran to their end (of a stopped run: before the stop)
     # MemTotal (GiB) when the measuring began and when it ended: a VM whose memory grows as used
     # shows it here (None: not read)
     mem_total_gib: tuple[float, float] | None = None
@@ -169,11 +170,12 @@ class ABResult:
 
     @property
     def exit_code(self) -> int:
-        """1 on a slower entry, else 0; a stopped session the shell's code for its signal (128 + its
-        number) whatever its rows say: what it did not measure was not judged."""
-        if self.stopped_by:
-            return 128 + self.stopped_by
-        return 1 if self.regressions else 0
+        """1 on a slower entry (a stopped run's too: what its finished pairs judged slower is slower),
+        else 0; a stopped run without one the shell's code for its signal (128 + its number): what it
+        did not measure was not judged."""
+        if self.regressions:
+            return 1
+        return 128 + self.stopped_by if self.stopped_by else 0
 
 
 def geometric_mean(values: Sequence[float]) -> float:
@@ -682,6 +684,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             res.confirm_pairs, res.workers, res.same_cpus, res.passes = confirm_pairs, workers, same_cpus, passes
             res.confirm_confidence = confirm_confidence if confirm_pairs else None
         res.stopped_by = stopped_by
+        res.passes_done = measured.get("passes_done") if passes and interleave == "rounds" else None
         res.mem_total_gib = mem_total if None not in mem_total else None
         res.missing += measured.get("failed", [])
         for line in measured.get("failed", []):
