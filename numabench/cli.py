@@ -339,7 +339,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  max_pairs=settings.max_pairs, target_pct=settings.target_resolution,
                  confirm_pairs=settings.confirm_pairs, workers=settings.workers, same_cpus=settings.same_cpus,
                  passes=passes, time_budget_s=settings.time_budget, confirm_confidence=settings.confirm_confidence,
-                 rewarm=settings.rewarm)
+                 rewarm=settings.rewarm, scope=settings.scope)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):

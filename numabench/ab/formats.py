@@ -174,7 +174,7 @@ def pair_ratio_text(res: ABResult) -> str:
 
 def summary_lines(res: ABResult) -> list[str]:
     c = counts(res)
-    lines = [f"{len(res.rows)} entries: {count_text(res)}"]
+    lines = [*res.scope, f"{len(res.rows)} entries: {count_text(res)}"]
     if res.stopped_by:
         lines.append(f"WARNING: {stopped_note(res)}")
     resolved = sorted(r.resolution_pct for r in res.rows if r.resolution_pct is not None)
@@ -304,6 +304,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "same_cpus": res.same_cpus, "passes": res.passes,
         "time_budget_s": res.time_budget_s,
         "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None, "passes_done": res.passes_done,
+        "scope": list(res.scope),
         "mem_total_gib": list(res.mem_total_gib) if res.mem_total_gib else None,
         "rejudged_from": res.rejudged_from,
         "entries": [{
@@ -390,6 +391,7 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        time_budget_s=None if data.get("time_budget_s") is None else float(data["time_budget_s"]),
                        stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None,
                        passes_done=None if data.get("passes_done") is None else int(data["passes_done"]),
+                       scope=[str(s) for s in data.get("scope") or []],
                        mem_total_gib=_mem_total(data.get("mem_total_gib")),
                        rejudged_from=str(data["rejudged_from"]) if data.get("rejudged_from") else None,
                        same_within_band=all("leans" in e for e in data["entries"]),

@@ -62,7 +62,9 @@ from numabench.gate.invocations import invocation_medians
 from numabench.gate import pairs as pair_rule
 from numabench.ab.passes import invoke_in_passes
 from numabench.ab.session import StoppedWithMeasurements, session_measured
-from numabench.ab.settings import DEFAULTS, INTERLEAVE, SESSION_OPTION, WORKERS, ABSettings, session_items
+from numabench.ab.scope import Scope, changed_paths, family_kernels, given_tier, scope_of
+from numabench.ab.settings import DEFAULTS, INTERLEAVE, SCOPES, SESSION_OPTION, WORKERS, ABSettings, session_items
+from numabench.tiers import DEFAULT_TIER
 
 WORKTREE = "worktree"  # HEAD omitted: the checkout as it is
 # where an A/B run's time went, in seconds: each side's build, the measuring, all of it
@@ -140,6 +142,7 @@ class ABResult:
     # the signal that stopped the session before its end (rounds mode): rows are its finished worker runs'
     stopped_by: int | None = None
     passes_done: int | None = None  # in passes, the passes that ran to their end (of a stopped run: before the stop)
+    scope: list[str] = field(default_factory=list)  # which families ran which tier, and why (numabench.ab.scope)
     # MemTotal (GiB) when the measuring began and when it ended: a VM whose memory grows as used
     # shows it here (None: not read)
     mem_total_gib: tuple[float, float] | None = None
@@ -555,7 +558,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            target_pct: float = DEFAULTS.target_resolution, confirm_pairs: int = 0, workers: str = DEFAULTS.workers,
            same_cpus: bool = False, passes: bool = False, time_budget_s: float | None = DEFAULTS.time_budget,
            confirm_confidence: float | None = DEFAULTS.confirm_confidence,
-           rewarm: bool = DEFAULTS.rewarm) -> ABResult:
+           rewarm: bool = DEFAULTS.rewarm, scope: str = DEFAULTS.scope) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -577,7 +580,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     of all of a worker run's pairs back to back in one session. ``time_budget_s`` (in passes): the
     further pairs are those that fit that many seconds of measuring, where they bring the most
     entries to ``target_pct`` per second (numabench.ab.budget; confirming pairs beyond it).
-    ``rewarm`` (rounds mode): each timed round after an untimed step of its own side. The settings'
+    ``rewarm`` (rounds mode): each timed round after an untimed step of its own side. ``scope``
+    "diff": with the smoke tier selected, the families whose code differs between the sides run
+    their ci slice (numabench.ab.scope); "given": the selection as it is. The settings'
     defaults are numabench.ab.settings.ABSettings'; those that numabench ab's command line decides
     from the others (confirming pairs, same CPUs, passes) are off here unless given.
     ``session_json``: where to keep
@@ -592,6 +597,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         raise UsageError(f"--interleave {interleave}: allowed {', '.join(INTERLEAVE)}")
     if workers not in WORKERS:
         raise UsageError(f"--workers {workers}: allowed {', '.join(WORKERS)}")
+    if scope not in SCOPES:
+        raise UsageError(f"--scope {scope}: allowed {', '.join(SCOPES)}")
     if confirm_pairs and (confirm_pairs < 2 or interleave != "rounds" or head_axis):
         raise UsageError(f"--confirm-pairs {confirm_pairs}: allowed 0 (none) or a number >= 2, with "
                          "--interleave=rounds and without --head-axis (confirming pairs are per worker run of one "
@@ -628,6 +635,14 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             head_label = (head or WORKTREE) + (f" {' '.join(head_args)}" if head_args else "")
             sides = {"base": Side(base, base_commit, base_path, base_env or {}),
                      "head": Side(head_label, head_commit, head_path, head_env or {}, head_args)}
+            tier = given_tier(pytest_args, DEFAULT_TIER)
+            scoped: Scope | None = None
+            if scope == "diff" and tier == "smoke":
+                scoped = scope_of(changed_paths(repo, base_commit, head_commit), family_kernels())
+                pytest_args = [*pytest_args, *scoped.pytest_args(tier)]
+            scope_lines = scoped.lines(tier) if scoped is not None else [f"scope: the {tier} tier as given"]
+            for line in scope_lines:
+                progress(line)
             timings: dict[str, float] = {}
             for label, side in sides.items():
                 progress(f"building {label} ({side.label}) in {side.path}")
@@ -684,6 +699,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
             res.confirm_pairs, res.workers, res.same_cpus, res.passes = confirm_pairs, workers, same_cpus, passes
             res.confirm_confidence = confirm_confidence if confirm_pairs else None
         res.stopped_by = stopped_by
+        res.scope = scope_lines
         res.passes_done = measured.get("passes_done") if passes and interleave == "rounds" else None
         res.mem_total_gib = mem_total if None not in mem_total else None
         res.missing += measured.get("failed", [])

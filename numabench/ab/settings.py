@@ -21,6 +21,7 @@ from numabench.gate.rule import parse_threshold
 from numabench.numerals import decimal, integer
 
 INTERLEAVE = ("rounds", "invocations")  # how base and head take turns (numabench.ab.run)
+SCOPES = ("diff", "given")  # which families run which tier (numabench.ab.scope)
 WORKERS = ("forked", "exec")  # rounds mode: workers forked from a server per side, or exec'd
 SESSION_OPTION = "--numa-ab"  # the head's session's one A/B option: KEY=VALUE, repeatable
 
@@ -183,6 +184,12 @@ class ABSettings:
         "sides' workers, rounds alternating; invocations: whole pytest invocations of each side in ABBA order "
         "(each side's own harness too: for changes to the worker contract)", _choice("--interleave", INTERLEAVE),
         choices=INTERLEAVE)
+    scope: str = _setting(
+        "diff", "scope", "diff: with the smoke tier selected, the families whose own code differs between BASE and "
+        "HEAD (their folder, benchmark module, the csrc/ sources of their kernels) run their ci slice, and every "
+        "family does where code they all run changed; the selection and why are printed first and kept in the "
+        "summary; given: the tier the pytest arguments select, for every family", _choice("--scope", SCOPES),
+        choices=SCOPES)
     threshold: float = _setting(
         1.0, "threshold", "smallest ratio that counts: an entry is slower or faster only when its whole interval "
         "lies beyond it", _pct("--threshold", "1%", positive=False), show=_show_pct, metavar="PCT")

@@ -1,0 +1,120 @@
+"""The families a change touches, at their ci sizes (numabench ab --scope diff, the pull-request
+job's default): from the diff of base..head, a family's own code (its folder, its benchmark
+module, the csrc/ sources of its kernels) puts that family at the ci tier, code every family runs
+puts the whole ci tier, anything else leaves the smoke tier; the selection and why come first."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from numabench.ab.formats import from_json, render_text, to_json
+from numabench.ab.run import run_ab
+from numabench.ab.scope import Scope, changed_paths, family_kernels, given_tier, scope_of
+from numabench.ab.session import interleaved_medians
+from test_ab import _session_run, git, repo  # noqa: F401  (the scratch repository fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = family_kernels()
+
+
+@pytest.mark.parametrize("paths, families, whole", [
+    (["numabench/families/cpu_adam/worker.py"], {"cpu_adam"}, False),
+    (["benchmarks/test_touch.py", "docs/GATE.md"], {"touch"}, False),
+    (["csrc/cpu_adam.cpp"], {"cpu_adam"}, False),
+    (["csrc/fused_adam.cu"], {"adam_offload", "train_step"}, False),
+    (["csrc/stream.cpp", "numabench/families/pinned_alloc/__init__.py"], {"host_membw", "pinned_alloc"}, False),
+    (["csrc/common.h"], {"adam_offload", "cpu_adam", "host_membw", "train_step"}, False),
+    (["numabench/workers/run.py", "numabench/families/touch/worker.py"], {"touch"}, True),
+    (["fixtures/running.py"], set(), True),
+    (["numabench/families/base.py"], set(), True),
+    (["numabench/ab/run.py", "numabench/gate/pairs.py", "docs/GATE.md", "tests/test_ab.py", ".ci/gate-job"], set(),
+     False),
+], ids=["family-folder", "benchmark-module", "csrc-cpu", "csrc-cuda", "csrc-stream", "csrc-header", "shared-workers",
+        "shared-fixtures", "shared-family-base", "nothing-measured"])
+def test_which_families_a_change_touches(paths, families, whole):
+    scope = scope_of(paths, KERNELS)
+    assert set(scope.families) == families and scope.whole == whole, scope
+
+
+def test_the_selection_it_makes_of_the_smoke_tier_and_says_why():
+    family = scope_of(["numabench/families/cpu_adam/worker.py", "csrc/cpu_adam.cpp", "README.md"], KERNELS)
+    assert family.pytest_args("smoke") == ["--numa-family-tier=cpu_adam=ci"]
+    assert family.lines("smoke") == [
+        "scope: the ci tier of cpu_adam, whose own code changed; the smoke tier of the others",
+        "scope: cpu_adam: csrc/cpu_adam.cpp, numabench/families/cpu_adam/worker.py"]
+    shared = scope_of(["numabench/numa/place.py"], KERNELS)
+    assert shared.pytest_args("smoke") == ["--numa-tier=ci"]
+    assert shared.lines("smoke") == ["scope: the whole ci tier: code every family runs changed (numabench/numa/place.py)"]
+    none = scope_of(["docs/GATE.md"], KERNELS)
+    assert none.pytest_args("smoke") == [] and "no family's own code changed (1 changed paths" in none.lines("smoke")[0]
+    assert family.pytest_args("ci") == shared.pytest_args("full") == []  # a larger tier already takes them
+    assert given_tier(["benchmarks", "--numa-tier=smoke", "-k", "x"], "ci") == "smoke"
+    assert given_tier(["benchmarks", "--numa-tier", "full"], "ci") == "full" and given_tier([], "ci") == "ci"
+
+
+def _commit(repo: Path, files: dict[str, str], message: str) -> None:
+    for name, text in files.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        git(repo, "add", name)
+    git(repo, "commit", "-q", "-m", message)
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"numabench/families/touch/worker.py": "# changed\n"}, ["--numa-family-tier=touch=ci"]),
+    ({"csrc/cpu_adam.cpp": "// changed\n"}, ["--numa-family-tier=cpu_adam=ci"]),
+    ({"numabench/toolkit/hostmem.py": "# changed\n", "csrc/cpu_adam.cpp": "// x\n"}, ["--numa-tier=ci"]),
+], ids=["family-only", "csrc-only", "shared-code"])
+def test_a_scratch_repository_s_diff_decides_what_the_sessions_select(repo, files, expected):  # noqa: F811
+    _commit(repo, files, "the change")
+    assert sorted(changed_paths(repo, "HEAD~1", "HEAD")) == sorted(files)
+    seen = []
+
+    def invoke_both(base, head, pytest_args, pairs, json_path: Path):
+        seen.append(list(pytest_args))
+        return interleaved_medians(_session_run({"x.py::t[a]": [1e-3] * 3}, {"x.py::t[a]": [1e-3] * 3}), pairs)
+
+    lines = []
+    res = run_ab("HEAD~1", "HEAD", ["benchmarks", "--numa-tier=smoke"], pairs=3, cwd=repo, build_side=lambda s: "",
+                 invoke_both=invoke_both, progress=lines.append)
+    assert seen[-1][:2 + len(expected)] == ["benchmarks", "--numa-tier=smoke", *expected]
+    assert lines[0].startswith("scope: ") and res.scope == [ln for ln in lines if ln.startswith("scope: ")]
+    assert res.selection[:2 + len(expected)] == seen[-1][:2 + len(expected)]
+    text = render_text(res)
+    assert all(line in text for line in res.scope)
+    assert from_json(json.loads(json.dumps(to_json(res)))).scope == res.scope
+    given = run_ab("HEAD~1", "HEAD", ["benchmarks", "--numa-tier=smoke"], pairs=3, cwd=repo,
+                   build_side=lambda s: "", invoke_both=invoke_both, scope="given")
+    assert seen[-1][:2] == ["benchmarks", "--numa-tier=smoke"] and not any("ci" in a for a in seen[-1][2:3])
+    assert given.scope == ["scope: the smoke tier as given"]
+
+
+def test_uncommitted_and_untracked_files_count_for_the_working_tree(repo):  # noqa: F811
+    (repo / "f.txt").write_text("changed\n")
+    (repo / "csrc").mkdir()
+    (repo / "csrc" / "stream.cpp").write_text("new\n")
+    assert sorted(changed_paths(repo, "HEAD", None)) == ["csrc/stream.cpp", "f.txt"]
+    assert set(scope_of(changed_paths(repo, "HEAD", None), KERNELS).families) == {"host_membw"}
+
+
+def _collected(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--collect-only", "-q", "-p",
+                           "no:cacheprovider", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_a_family_at_another_tier_is_collected_at_it_and_the_others_are_not():
+    smoke = _collected("--numa-tier=smoke")
+    mixed = _collected("--numa-tier=smoke", "--numa-family-tier=touch=ci")
+    assert smoke.returncode == mixed.returncode == 0, smoke.stdout[-2000:] + mixed.stdout[-2000:]
+
+    def ids(out: str, family: str) -> set[str]:
+        return {ln for ln in out.splitlines() if ln.startswith(f"benchmarks/test_{family}.py::")}
+    assert ids(smoke.stdout, "touch") < ids(mixed.stdout, "touch")  # more of touch: its ci slice
+    assert ids(smoke.stdout, "host_membw") == ids(mixed.stdout, "host_membw")
+    bad = _collected("--numa-family-tier=nosuch=ci")
+    assert bad.returncode == 4 and "--numa-family-tier=nosuch=ci: allowed FAMILY=TIER" in bad.stderr, bad.stderr
