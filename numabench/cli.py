@@ -447,13 +447,14 @@ def cmd_plan(ns: argparse.Namespace) -> int:
 
 
 def parse_ab_pairs(text: str, option: str = "--ab-pairs") -> int:
-    """--ab-pairs (or ``option``): an integer >= 2 (an interval needs two pairs)."""
+    """--ab-pairs (or ``option``): an integer from 2 (an interval needs two pairs) to numabench ab's most."""
     try:
         pairs = integer(text)
     except ValueError:
         pairs = 0
-    if pairs < 2:
-        raise UsageError(f"{option} {text}: allowed an integer >= 2 (pairs of invocations of numabench ab)")
+    if not 2 <= pairs <= ab_settings.MOST_PAIRS:
+        raise UsageError(f"{option} {text}: allowed an integer >= 2 (pairs of invocations of numabench ab), at most "
+                         f"{ab_settings.MOST_PAIRS}")
     return pairs
 
 
@@ -508,6 +509,9 @@ def cmd_learn(ns: argparse.Namespace) -> int:
 
     from numabench.results.fleet_pg import is_postgres_url
 
+    if "://" in ns.window and not is_postgres_url(ns.window):  # a URL where a folder is meant: never a folder of it
+        raise UsageError(f"--window {redact_text(ns.window)}: a URL; allowed a folder, or a PostgreSQL database "
+                         "(postgresql://USER@HOST/DB)")
     if is_postgres_url(ns.window):
         from numabench.results.window import learn_fleet
 

@@ -53,6 +53,12 @@ CLI = [
     ("compare-threshold-negative", "compare {d}/run.json {d}/run.json --threshold=-5%", "'-5%'"),
     ("compare-coarsest-word", "compare {d}/run.json {d}/run.json --coarsest=xyz", "'xyz'"),
     ("compare-three-runs", "compare {d}/run.json {d}/run.json {d}/run.json", "got 3 runs"),
+    # values that would switch the gate off, or run for ever, are refused
+    ("compare-coarsest-0", "compare {d}/run.json {d}/run.json --coarsest=0", "--coarsest 0: allowed a percentage > 0"),
+    ("compare-coarsest-0pct", "compare {d}/run.json {d}/run.json --coarsest=0%", "--coarsest 0%: allowed a percentage > 0"),
+    ("ab-pairs-huge", "ab HEAD --pairs 1e20", "--pairs 1e20: allowed 2 or more"),
+    ("plan-ab-pairs-huge", "plan --ab-pairs 1e20 benchmarks", "--ab-pairs 1e20: allowed an integer >= 2"),
+    ("learn-window-url", "learn {d}/run.json --window http://u:PW@host:1/w", "--window http://u:***@host:1/w: a URL"),
     ("compare-format", "compare {d}/run.json {d}/run.json --format=xml", "'xml'"),
     ("compare-no-key", "compare {d}/nokey.json", "{d}/nokey.json records no hardware key"),
     ("report-missing", "report {d}/nope.json", "{d}/nope.json does not exist"),
@@ -145,6 +151,10 @@ PYTEST = [
     ("launcher", "--numa-launcher=x", "--numa-launcher=x"),
     ("gate-threshold", "--numa-gate-threshold=abc", "'abc'"),
     ("gate-coarsest", "--numa-gate-coarsest=-1%", "'-1%'"),
+    ("gate-coarsest-0", "--numa-gate-coarsest=0", "--numa-gate-coarsest=0: allowed a percentage > 0"),
+    ("warmup-huge", "--numa-warmup=100000000000000000000", "allowed an integer from 0 to 10000"),
+    ("rounds-huge", "--numa-rounds=1000001", "allowed an integer from 1 to 100000"),
+    ("tolerance-huge", "--numa-tolerance=1000", "--numa-tolerance=1000.0: allowed percentage points from 0 to 100"),
     ("benchmark-compare", "--benchmark-compare=9999", "'9999'"),
     ("benchmark-json-no-folder", "--benchmark-json={d}/nodir/x.json", "{d}/nodir/x.json"),
     ("benchmark-json-a-folder", "--benchmark-json={d}/dir", "{d}/dir"),
@@ -196,3 +206,10 @@ def test_a_bad_input_is_one_line_and_a_usage_exit_code(files, command, code, tex
     assert out.returncode == code and len(lines) == 1, (out.returncode, text_out[-3000:])
     assert fill(text) in lines[0], lines[0]
     assert (files / "exists.txt").read_text() == "keep me"  # never overwritten
+
+
+def test_a_url_given_as_the_window_folder_makes_no_folder_and_prints_no_password(files, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "numabench", "learn", str(files / "run.json"), "--window",
+                          "http://u:PW@host:1/w"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "PW" not in out.stdout + out.stderr, out.stderr
+    assert list(tmp_path.iterdir()) == []  # no ./http:/u:PW@host:1/w/ made

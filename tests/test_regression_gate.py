@@ -16,7 +16,7 @@ process). So these tests assert only what no load can change:
   ab building and running both sides in ABBA order and removing its worktrees;
 - that the exit code is the one the printed verdicts call for;
 - verdicts that are robust by construction: a status that does not depend on the timings
-  (insufficient data for a band of one run, informational under --numa-gate-coarsest=0%), or an
+  (insufficient data for a band of one run, informational under --numa-gate-coarsest=0.0001%), or an
   injected slowdown of 100x, far beyond any noise;
 - verdicts that depend on the noise (unchanged code passes, 2x is caught by every gated entry)
   only where the machine held still: the CPU time other processes took during the baseline and
@@ -354,9 +354,9 @@ def test_baseline_from_another_python_version_is_found(saved, tmp_path):
     folder = tmp_path / "store" / "Linux-CPython-3.99-64bit"
     folder.mkdir(parents=True)
     shutil.copy(src, folder / src.name)
-    # the lookup is under test, not the noise: --numa-gate-coarsest=0% leaves every entry
-    # informational (none can detect a change of 0%), so no timing can fail the run
-    out = run_suite(tmp_path / "store", "--benchmark-compare", "--numa-gate-coarsest=0%", files=FAMILIES[:1])
+    # the lookup is under test, not the noise: --numa-gate-coarsest=0.0001% leaves every entry
+    # informational (none can detect a change that small; 0 itself is refused), so no timing can fail the run
+    out = run_suite(tmp_path / "store", "--benchmark-compare", "--numa-gate-coarsest=0.0001%", files=FAMILIES[:1])
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     assert "Linux-CPython-3.99-64bit/0004_base" in text and "numabench regression gate" in text

@@ -26,14 +26,17 @@ WORKERS = ("forked", "exec")  # rounds mode: workers forked from a server per si
 SESSION_OPTION = "--numa-ab"  # the head's session's one A/B option: KEY=VALUE, repeatable
 
 
-def _whole(option: str, least: int, allowed: str, zero: bool = False) -> Callable[[str], int]:
-    """A whole number >= ``least`` (or 0 where ``zero``: off) for ``option``."""
+MOST_PAIRS = 1000  # more pairs than any A/B can take in a day: a typo, not a setting
+
+
+def _whole(option: str, least: int, allowed: str, zero: bool = False, most: int = MOST_PAIRS) -> Callable[[str], int]:
+    """A whole number from ``least`` to ``most`` (or 0 where ``zero``: off) for ``option``."""
     def parse(text: str) -> int:
         try:
             value = integer(str(text))
         except ValueError:
             value = -1
-        if not (value >= least or (zero and value == 0)):
+        if not ((least <= value <= most) or (zero and value == 0)):
             raise UsageError(f"{option} {text}: allowed {allowed}")
         return value
     return parse
@@ -139,11 +142,12 @@ class ABSettings:
     pairs: int = _setting(
         3, "pairs", "base/head pairs: fresh workers of both sides per pair; with --rejudge: judge each entry's "
         "first this many (default there: every pair it has)", _whole("--pairs", MIN_PAIRS, "2 or more (an interval "
-                                                                     "needs several pairs)"), metavar="N")
+                                                                     "needs several pairs), at most 1000"), metavar="N")
     max_pairs: int = _setting(
         0, "max-pairs", "rounds mode: a worker run whose first --pairs pairs are too spread for its entries to reach "
         "--target-resolution runs as many further pairs as that needs, up to M in all (Stein's two-stage rule; 0: "
-        "none)", _whole("--max-pairs", 2, "0 (no further pairs) or a whole number >= --pairs and >= 2", zero=True),
+        "none)", _whole("--max-pairs", 2, "0 (no further pairs) or a whole number >= --pairs and >= 2, at most 1000",
+                        zero=True),
         metavar="M")
     target_resolution: float = _setting(
         3.0, "target-resolution", "with --max-pairs or --time-budget: the resolution a worker run's entries are to "
@@ -157,7 +161,7 @@ class ABSettings:
     confirm_pairs: int | None = _setting(
         None, "confirm-pairs", "rounds mode: a worker run whose pairs judge an entry slower or faster runs N further "
         "pairs of fresh workers, and its entries are judged on all of them (0: none)",
-        _whole("--confirm-pairs", 2, "0 (no confirming pairs) or a whole number >= 2", zero=True), metavar="N",
+        _whole("--confirm-pairs", 2, "0 (no confirming pairs) or a whole number from 2 to 1000", zero=True), metavar="N",
         default_text="as many as --pairs in the rounds mode, else 0")
     workers: str = _setting(
         "forked", "workers", "rounds mode: each side's workers forked from a server that imported the side's code "

@@ -270,8 +270,9 @@ def judge_runs(a: dict, b: dict, baseline_name: str, new_name: str, *, threshold
     reads run files first). ``threshold``/``coarsest`` None: those a gated ``b`` was judged with,
     else the defaults, so the offline verdict is the session's."""
     recorded = recorded_rule(b) or GateRule(parse_threshold(DEFAULT_THRESHOLD))
+    # a coarsest of 0 would call every entry too noisy to judge and pass anything: refused
     rule = GateRule(recorded.threshold_pct if threshold is None else parse_threshold(threshold),
-                    recorded.coarsest_pct if coarsest is None else parse_threshold(coarsest),
+                    recorded.coarsest_pct if coarsest is None else parse_positive_pct(coarsest, "--coarsest", "10%"),
                     recorded.noise_multiple, recorded.min_invocations, recorded.min_runs)
     ka, kb = run_hardware_key(a), run_hardware_key(b)
     if ka != kb and not allow_foreign:
