@@ -57,7 +57,15 @@ def parse_sizes(text: str) -> list[int]:
             raise UsageError(f"bad size {part!r} in {text!r}: more than 1e13 elements (40 TB of fp32 per "
                              "tensor) is beyond any machine")
         out.append(int(value))
+    _once(out, "size", text)
     return out
+
+
+def _once(values: list, what: str, text: str) -> None:
+    """A value named twice in an axis list is refused: it would run, and be saved, twice."""
+    twice = sorted({v for v in values if values.count(v) > 1}, key=str)
+    if twice:
+        raise UsageError(f"{what} {', '.join(map(str, twice))} named twice in {text!r}: allowed each once")
 
 
 def parse_dtypes(text: str) -> list[str]:
@@ -69,6 +77,7 @@ def parse_dtypes(text: str) -> list[str]:
     for t in out:
         if t not in DTYPES:
             raise UsageError(f"unknown dtype {t!r}: allowed {', '.join(DTYPES)}")
+    _once(out, "dtype", text)
     return out
 
 
@@ -80,6 +89,7 @@ def parse_ints(text: str, what: str) -> list[int]:
         raise UsageError(f"bad {what} list {text!r}: {allowed}") from None
     if any(v < 1 for v in out):
         raise UsageError(f"bad {what} list {text!r}: {allowed}")
+    _once(out, what, text)
     return out
 
 

@@ -213,3 +213,19 @@ def test_a_url_given_as_the_window_folder_makes_no_folder_and_prints_no_password
                           "http://u:PW@host:1/w"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "PW" not in out.stdout + out.stderr, out.stderr
     assert list(tmp_path.iterdir()) == []  # no ./http:/u:PW@host:1/w/ made
+
+
+@pytest.mark.parametrize("option, text", [
+    ("--numa-policies=bind:0;bind:0", "policy bind:0 named twice in 'bind:0;bind:0': allowed each once"),
+    ("--param-sizes=1M,1M", "size 1000000 named twice in '1M,1M': allowed each once"),
+    ("--dtypes=fp32,fp32", "dtype fp32 named twice in 'fp32,fp32': allowed each once"),
+    ("--nprocess=1,1", "nprocess 1 named twice in '1,1': allowed each once"),
+    ("--numa-policies=bind:0-99999999", "node 0-99999999 in '0-99999999': allowed numbers up to 1023"),
+    ("--numa-policies=weighted:0=1,5000=1", "node 5000 in 'weighted:0=1,5000=1': allowed nodes 0 to 1023"),
+], ids=["policy", "size", "dtype", "nprocess", "node-range", "weighted-node"])
+def test_an_axis_value_named_twice_or_beyond_any_machine_is_refused_at_once(option, text):
+    """Each would run and be saved twice (as ids no baseline matches), or spell out 10^8 nodes."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "--co", "-q", "-p",
+                          "no:cacheprovider", option], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+    assert out.returncode == 4 and len(lines) == 1 and text in lines[0], out.stdout[-2000:] + out.stderr[-2000:]

@@ -7,9 +7,10 @@ from numabench.errors import UsageError
 from numabench.numerals import integer
 
 
-def parse_list(text: str, what: str = "list", *, unique: bool = False) -> tuple[int, ...]:
+def parse_list(text: str, what: str = "list", *, unique: bool = False, most: int | None = None) -> tuple[int, ...]:
     """Parse a kernel-style list such as ``0-3,8``; '' gives (). ``unique``: a number named twice
-    is an error (a user's list, where ``0,0`` is a typo, not the kernel's)."""
+    is an error (a user's list, where ``0,0`` is a typo, not the kernel's). ``most``: the largest
+    number allowed (checked before a range is spelled out: ``0-99999999`` is refused at once)."""
     text = text.strip()
     if not text:
         return ()
@@ -18,18 +19,17 @@ def parse_list(text: str, what: str = "list", *, unique: bool = False) -> tuple[
         part = part.strip()
         lo, sep, hi = part.partition("-")
         try:
-            if sep:
-                a, b = integer(lo), integer(hi)
-                if a > b:
-                    raise ValueError
-                out.extend(range(a, b + 1))
-            else:
-                out.append(integer(part))
+            a, b = (integer(lo), integer(hi)) if sep else (integer(part), integer(part))
+            if a > b:
+                raise ValueError
         except ValueError:
             raise UsageError(
                 f"bad {what} entry {part!r} in {text!r}: allowed are numbers (ASCII digits 0-9) and ranges like 0-3, "
                 "comma separated"
             ) from None
+        if most is not None and b > most:
+            raise UsageError(f"{what} {part} in {text!r}: allowed numbers up to {most}")
+        out.extend(range(a, b + 1))
         if out and out[-1] < 0:
             raise UsageError(f"bad {what} entry {part!r} in {text!r}: numbers must be >= 0")
     if unique and len(set(out)) != len(out):

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from numabench.machine.topology import Topology
 
 KINDS = ("default", "local", "bind", "preferred", "preferred-many", "interleave", "weighted")
+MAX_NODE = 1023  # Linux has at most 1024 NUMA nodes (NODES_SHIFT <= 10)
 _ALLOWED = "default, local, bind:N[,M], preferred:N, preferred-many:N,M, interleave:N,M|all, weighted:N=W,M=W"
 
 _MODE = {
@@ -66,7 +67,7 @@ class Policy:
         if kind == "interleave" and arg.strip() == "all":
             return cls(kind, all_nodes=True)
         try:
-            nodes = parse_list(arg, "node", unique=True)
+            nodes = parse_list(arg, "node", unique=True, most=MAX_NODE)
         except UsageError as e:
             raise PolicyError(f"policy {raw!r}: {e}") from None
         if not nodes:
@@ -88,8 +89,8 @@ class Policy:
             except ValueError:
                 raise PolicyError(f"weighted entry {part!r} in {raw!r} is not NODE=WEIGHT with integers "
                                   "(ASCII digits 0-9)") from None
-            if node < 0:
-                raise PolicyError(f"node {node} in {raw!r} is negative: nodes are >= 0")
+            if not 0 <= node <= MAX_NODE:
+                raise PolicyError(f"node {node} in {raw!r}: allowed nodes 0 to {MAX_NODE}")
             if not 1 <= w <= 255:
                 raise PolicyError(f"weight {w} for node {node} in {raw!r} is out of range: allowed 1..255")
             pairs.append((node, w))
@@ -178,4 +179,8 @@ def parse_policies(text: str) -> list[Policy]:
         raise PolicyError(f"empty policy list {text!r}: write e.g. 'default;bind:0;interleave:all'")
     if not all(items):
         raise PolicyError(f"empty entry in policies {text!r}: write e.g. 'default;bind:0;interleave:all'")
-    return [Policy.parse(t) for t in items]
+    policies = [Policy.parse(t) for t in items]
+    twice = sorted({str(p) for p in policies if [str(q) for q in policies].count(str(p)) > 1})
+    if twice:  # each would run and be saved twice, as ids no baseline matches
+        raise PolicyError(f"policy {', '.join(twice)} named twice in {text!r}: allowed each once")
+    return policies
