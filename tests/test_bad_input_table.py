@@ -6,6 +6,7 @@ the real command in a subprocess (~0.1 s for the CLI, ~0.3 s for a pytest collec
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,13 @@ def test_an_axis_value_named_twice_or_beyond_any_machine_is_refused_at_once(opti
                           "no:cacheprovider", option], cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
     assert out.returncode == 4 and len(lines) == 1 and text in lines[0], out.stdout[-2000:] + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "0"])
+def test_a_malformed_injected_slowdown_is_a_usage_error_not_every_case_s_failure(value):
+    out = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "--co", "-q", "-p",
+                          "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "NUMABENCH_INJECT_SLOWDOWN": value})
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+    assert out.returncode == 4 and lines == [f"ERROR: NUMABENCH_INJECT_SLOWDOWN={value!r}: allowed a number from 1 "
+                                             "to 100, e.g. 1.05 for 5% slower"], out.stdout + out.stderr
