@@ -331,7 +331,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     if session_path is not None and (settings.interleave != "rounds" or ns.head_axis):
         raise UsageError("--session-json keeps the rounds mode's session JSON: allowed with --interleave=rounds "
                          "and without --head-axis")
-    res = run_ab(ns.base, ns.head, ns.pytest_args or ["benchmarks"], pairs=settings.pairs,
+    res = run_ab(ns.base, ns.head, with_test_path(ns.pytest_args or []), pairs=settings.pairs,
                  threshold_pct=settings.threshold, confidence=settings.confidence, coarsest_pct=settings.coarsest,
                  base_env=dict(settings.base_env), head_env=dict(settings.head_env),
                  progress=lambda line: print(f"[ab] {line}", file=sys.stderr, flush=True),
@@ -356,6 +356,17 @@ def cmd_ab(ns: argparse.Namespace) -> int:
             raise UsageError(f"--json {ns.json}: {e.strerror}") from None
     sys.stdout.write(render_as(res, ns.format))
     return res.exit_code
+
+
+def with_test_path(pytest_args: Sequence[str]) -> list[str]:
+    """numabench ab's pytest arguments with ``benchmarks`` first where they name no test path
+    (``-- -k touch``): pytest would collect tests/ too, in both checkouts."""
+    def a_path(arg: str) -> bool:
+        where = arg.split("::")[0]
+        return where == "benchmarks" or where.startswith("benchmarks/") or Path(where).exists()
+    if any(not a.startswith("-") and a_path(a) for a in pytest_args):
+        return list(pytest_args)
+    return ["benchmarks", *pytest_args]
 
 
 def rejudge_session(ns: argparse.Namespace) -> int:

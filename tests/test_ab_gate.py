@@ -252,3 +252,12 @@ def test_session_json_is_the_rounds_modes_only(tmp_path, args, message):
     assert out.returncode == 2 and message in out.stderr, out.stderr
     out = _cli("ab", "HEAD", "--session-json", str(tmp_path / "nowhere" / "s.json"))
     assert out.returncode == 2 and "is not a folder" in out.stderr, out.stderr
+
+
+def test_ab_selects_the_benchmarks_where_its_pytest_arguments_name_no_test_path():
+    """`numabench ab HEAD -- -k touch` collected tests/ too, in both checkouts, and failed."""
+    from numabench.cli import with_test_path
+    assert with_test_path([]) == ["benchmarks"]
+    assert with_test_path(["-k", "touch", "--numa-tier=smoke"]) == ["benchmarks", "-k", "touch", "--numa-tier=smoke"]
+    assert with_test_path(["benchmarks/test_touch.py", "-k", "x"]) == ["benchmarks/test_touch.py", "-k", "x"]
+    assert with_test_path(["benchmarks/test_touch.py::test_touch"]) == ["benchmarks/test_touch.py::test_touch"]
