@@ -221,7 +221,7 @@ def test_a_url_given_as_the_window_folder_makes_no_folder_and_prints_no_password
     ("--param-sizes=1M,1M", "size 1000000 named twice in '1M,1M': allowed each once"),
     ("--dtypes=fp32,fp32", "dtype fp32 named twice in 'fp32,fp32': allowed each once"),
     ("--nprocess=1,1", "nprocess 1 named twice in '1,1': allowed each once"),
-    ("--numa-policies=bind:0-99999999", "node 0-99999999 in '0-99999999': allowed numbers up to 1023"),
+    ("--numa-policies=bind:0-99999999", "node 0-99999999 in '0-99999999': allowed node ids 0..1023"),
     ("--numa-policies=weighted:0=1,5000=1", "node 5000 in 'weighted:0=1,5000=1': allowed nodes 0 to 1023"),
 ], ids=["policy", "size", "dtype", "nprocess", "node-range", "weighted-node"])
 def test_an_axis_value_named_twice_or_beyond_any_machine_is_refused_at_once(option, text):
@@ -240,3 +240,17 @@ def test_a_malformed_injected_slowdown_is_a_usage_error_not_every_case_s_failure
     lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
     assert out.returncode == 4 and lines == [f"ERROR: NUMABENCH_INJECT_SLOWDOWN={value!r}: allowed a number from 1 "
                                              "to 100, e.g. 1.05 for 5% slower"], out.stdout + out.stderr
+
+
+def test_a_run_holding_an_entry_twice_or_a_fifo_is_refused(files, tmp_path):
+    run = json.loads((files / "run.json").read_text())
+    run["benchmarks"].append(run["benchmarks"][0])
+    (tmp_path / "twice.json").write_text(json.dumps(run))
+    out = subprocess.run([sys.executable, "-m", "numabench", "compare", str(files / "run.json"),
+                          str(tmp_path / "twice.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "again: allowed each entry once" in out.stderr, out.stderr
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    out = subprocess.run([sys.executable, "-m", "numabench", "report", str(fifo)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)  # it blocked for ever
+    assert out.returncode == 2 and f"run file {fifo} is not a regular file" in out.stderr, out.stderr

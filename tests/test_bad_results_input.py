@@ -155,7 +155,7 @@ ROWS = [
     ("merge-merged-and-its-run", "merge {d}/m.json {d}/merged.json {d}/good2.json",
      ["runs 1 (merged.json) and 2 (good2.json) hold the same run good2.json of 2026-11-23T00:00:00"]),
     ("import-csv-node-huge", "import-csv {d}/bignode.csv --out {d}/o.json",
-     ["{d}/bignode.csv line 2: numa_nodes '99999999999': node 99999999999", "allowed node ids 0..1023"]),
+     ["{d}/bignode.csv line 2: numa_nodes '99999999999'", "node 99999999999", "allowed node ids 0..1023"]),
     ("import-csv-numa-nodes-huge", "import-csv {csv} --out {d}/o.json --numa-nodes=99999999999",
      ["numa nodes 99999999999: allowed an integer <= 1024"]),
     ("fleet-index-bad-ipv6", "fleet pull --index http://[::1:9200/idx --output {d}/f.json --key K",

@@ -28,7 +28,7 @@ def parse_list(text: str, what: str = "list", *, unique: bool = False, most: int
                 "comma separated"
             ) from None
         if most is not None and b > most:
-            raise UsageError(f"{what} {part} in {text!r}: allowed numbers up to {most}")
+            raise UsageError(f"{what} {part} in {text!r}: allowed {what} ids 0..{most}")
         out.extend(range(a, b + 1))
         if out and out[-1] < 0:
             raise UsageError(f"bad {what} entry {part!r} in {text!r}: numbers must be >= 0")

@@ -119,6 +119,9 @@ def load_run(path: str | Path, *, baseline_for: str | None = None) -> dict[str, 
     "--benchmark-compare"); the error then names it, and each entry must have the 'fullname' and
     'stats' a compare reads."""
     where = _where(path, baseline_for)
+    if Path(path).exists() and not Path(path).is_file() and not Path(path).is_dir():
+        # a FIFO or a device: reading it would block, or never end
+        raise UsageError(f"{where} is not a regular file: allowed {ALLOWED_RUN}")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -232,6 +235,14 @@ def run_from_text(text: str, name: str | Path, *, baseline_for: str | None = Non
             what = b if not isinstance(b, dict) else {"extra_info": b["extra_info"]}
             raise UsageError(f"{where}: benchmarks[{i}] is {json.dumps(what)[:60]}: allowed a JSON object "
                              "(with an extra_info object): not a pytest-benchmark JSON")
+    seen: dict[str, int] = {}
+    for i, b in enumerate(benches):
+        name = b.get("fullname")
+        if isinstance(name, str) and name in seen:  # pooled, compared and merged twice over: a copy, not a run
+            raise UsageError(f"{where}: benchmarks[{i}] {name!r} is benchmarks[{seen[name]}] again: allowed each "
+                             "entry once")
+        if isinstance(name, str):
+            seen[name] = i
     check_timings(benches, where)
     return data
 
