@@ -103,6 +103,8 @@ def files(tmp_path_factory) -> Path:
     (d / "seed-slower.json").write_text(json.dumps(other))
     (d / "outdir").mkdir()
     (d / "bignode.csv").write_text(f"{HEADER}\n1,99999999999,1835008,0.5,0.01,0.5\n")
+    (d / "inf.csv").write_text(f"{HEADER}\n1,0,1835008,inf,inf,inf\n")  # one inf cell: left out, named
+    (d / "huge.csv").write_text(f"{HEADER}\n1,0,1e23,0.5,0.01,0.5\n")
     merged = subprocess.run([*NB, "merge", str(d / "merged.json"), str(d / "good.json"), str(d / "good2.json")],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert merged.returncode == 0, merged.stderr
@@ -158,6 +160,11 @@ ROWS = [
      ["{d}/bignode.csv line 2: numa_nodes '99999999999'", "node 99999999999", "allowed node ids 0..1023"]),
     ("import-csv-numa-nodes-huge", "import-csv {csv} --out {d}/o.json --numa-nodes=99999999999",
      ["numa nodes 99999999999: allowed an integer <= 1024"]),
+    ("import-csv-key-a-path", "import-csv {csv} --out {d}/o.json --hardware-key ../../x/y",
+     ["hardware key '../../x/y': allowed a plain name"]),
+    ("import-csv-inf", "import-csv {d}/inf.csv --out {d}/o.json", ["{d}/inf.csv: no data rows"]),
+    ("import-csv-1e23-elements", "import-csv {d}/huge.csv --out {d}/o.json",
+     ["{d}/huge.csv line 2: update_element '1e23': more than 1e13 elements"]),
     ("fleet-index-bad-ipv6", "fleet pull --index http://[::1:9200/idx --output {d}/f.json --key K",
      ["index URL 'http://[::1:9200/idx': Invalid IPv6 URL: allowed http(s)://HOST:PORT/INDEX"]),
     ("fleet-index-bad-port", "fleet keys --index http://127.0.0.1:99999/idx",

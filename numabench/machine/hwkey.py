@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import re
 
+from numabench.errors import UsageError
 from numabench.machine.topology import Topology
 
 
@@ -52,6 +53,18 @@ def hardware_key(topology: Topology, info: dict | None = None) -> str:
     if info["cuda_driver_major"]:
         parts.append(f"cuda{info['cuda_driver_major']}")
     return "_".join(parts)
+
+
+KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def check_key(key: str, what: str = "hardware key") -> str:
+    """``key`` where it is a plain name (it becomes a folder under baselines/: no '/', no '..');
+    UsageError naming it otherwise."""
+    if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key) or ".." in key:
+        raise UsageError(f"{what} {key!r}: allowed a plain name of letters, digits, '.', '_' and '-' (it names a "
+                         "folder under baselines/), e.g. H100-80GB-HBM3x1_Intel-Xeon_1node_cuda13")
+    return key
 
 
 def run_hardware_key(run: dict) -> str | None:

@@ -23,11 +23,12 @@ import csv
 import datetime as _dt
 import hashlib
 import io
+import math
 from pathlib import Path
 
-from numabench.cases import DTYPES, Case
+from numabench.cases import DTYPES, MAX_NUMEL, Case
 from numabench.errors import PolicyError, UsageError
-from numabench.machine.hwkey import hardware_key as _hardware_key
+from numabench.machine.hwkey import check_key, hardware_key as _hardware_key
 from numabench.numa.mempolicy import MASK_BITS
 from numabench.numa.policy import Policy
 from numabench.results.entry import case_fields, entry_fullname, entry_group, entry_name, entry_param
@@ -63,8 +64,10 @@ def _number(text: str, column: str, line: int, kind=float, path: Path | None = N
         value = kind(float(text)) if kind is int else float(text)
     except (TypeError, ValueError):
         raise UsageError(f"{where}: {column} {text!r} is not a number") from None
-    if not value > 0:
-        raise UsageError(f"{where}: {column} {text!r} must be > 0")
+    if not value > 0 or not math.isfinite(value):
+        raise UsageError(f"{where}: {column} {text!r} must be a finite number > 0")
+    if column == "update_element" and value > MAX_NUMEL:
+        raise UsageError(f"{where}: {column} {text!r}: more than 1e13 elements is beyond any machine")
     return value
 
 
@@ -171,7 +174,7 @@ def import_csv(path: str | Path, *, gpus: list[str] | None = None, dtype: str = 
         "source": "seed-csv",
         "import_warnings": warnings,
     }
-    info["hardware_key"] = hardware_key or _hardware_key(None, info)  # type: ignore[arg-type]
+    info["hardware_key"] = check_key(hardware_key) if hardware_key else _hardware_key(None, info)  # type: ignore[arg-type]
 
     itemsize = DTYPES[dtype]
     axes = tuple((name, value) for name, value in (("impl", impl), ("schedule", schedule), ("alloc", alloc)) if value)
