@@ -144,12 +144,13 @@ def cmd_topo(ns: argparse.Namespace) -> int:
 def cmd_first_touch(ns: argparse.Namespace) -> int:
     from numabench.machine.first_touch import GIB, first_touch, render_first_touch
 
+    most = 2 ** 20  # GiB: a PiB, beyond any host's memory (1e30 overflowed)
     for option, value in (("--gib", ns.gib), ("--chunk-gib", ns.chunk_gib)):
-        if not value > 0:
-            raise UsageError(f"{option} {value:g}: allowed a number > 0")
+        if not 0 < value <= most:
+            raise UsageError(f"{option} {value:g}: allowed a number > 0, at most {most}")
     for option, value in (("--floor-gib", ns.floor_gib), ("--wait-s", ns.wait_s)):
-        if not value >= 0:
-            raise UsageError(f"{option} {value:g}: allowed a number >= 0")
+        if not 0 <= value <= most:
+            raise UsageError(f"{option} {value:g}: allowed a number >= 0, at most {most}")
     if ns.passes < 1:
         raise UsageError(f"--passes {ns.passes}: allowed 1 or more")
     page = 4096

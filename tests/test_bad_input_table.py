@@ -254,3 +254,28 @@ def test_a_run_holding_an_entry_twice_or_a_fifo_is_refused(files, tmp_path):
     out = subprocess.run([sys.executable, "-m", "numabench", "report", str(fifo)], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)  # it blocked for ever
     assert out.returncode == 2 and f"run file {fifo} is not a regular file" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("name, value, text", [
+    ("NUMABENCH_BUILD_TIMEOUT_S", "abc", "NUMABENCH_BUILD_TIMEOUT_S='abc': allowed a number of seconds > 0"),
+    ("NUMABENCH_BUILD_TIMEOUT_S", "0", "NUMABENCH_BUILD_TIMEOUT_S='0': allowed a number of seconds > 0"),
+    ("NUMABENCH_BUILD_TIMEOUT_S", "-5", "NUMABENCH_BUILD_TIMEOUT_S='-5': allowed a number of seconds > 0"),
+    ("NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S", "abc", "NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S='abc': allowed a number"),
+], ids=["build-word", "build-0", "build-negative", "weights-lock-word"])
+def test_a_time_limit_that_is_no_number_of_seconds_is_a_usage_error_at_once(name, value, text):
+    """Taken silently before (or a traceback at import): a build killed at once, a lock never waited."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "--co", "-q", "-p",
+                          "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, name: value})
+    lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+    assert out.returncode == 4 and len(lines) == 1 and text in lines[0], out.stdout + out.stderr
+    if name == "NUMABENCH_BUILD_TIMEOUT_S":
+        build = subprocess.run([sys.executable, "-m", "numabench", "build"], cwd=ROOT, capture_output=True, text=True,
+                               timeout=120, env={**os.environ, name: value})
+        assert build.returncode == 2 and build.stderr.strip().splitlines() == [f"numabench: {text}, e.g. 900"]
+
+
+def test_first_touch_of_more_than_any_host_holds_is_refused():
+    out = subprocess.run([sys.executable, "-m", "numabench", "first-touch", "--gib", "1e30"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.strip() == "numabench: --gib 1e+30: allowed a number > 0, at most 1048576"

@@ -33,7 +33,29 @@ from numabench.kernels import built
 from numabench.kernels.build import BUILDER_ENV, build_lock, build_root, loaded_before
 from numabench.kernels.builder_tree import BUILDER_TMPDIR_ENV, builder_preexec, kill_tree
 
-BUILD_TIMEOUT_S = float(os.environ.get("NUMABENCH_BUILD_TIMEOUT_S") or 900)
+BUILD_TIMEOUT_ENV = "NUMABENCH_BUILD_TIMEOUT_S"
+DEFAULT_BUILD_TIMEOUT_S = 900.0
+
+
+def build_timeout_s() -> float:
+    """A kernel build's time limit: $NUMABENCH_BUILD_TIMEOUT_S, else 900 s; UsageError naming a
+    value that is not a number of seconds > 0 (0 or less would kill every build at once)."""
+    text = (os.environ.get(BUILD_TIMEOUT_ENV) or "").strip()
+    if not text:
+        return DEFAULT_BUILD_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise UsageError(f"{BUILD_TIMEOUT_ENV}={text!r}: allowed a number of seconds > 0, e.g. 900")
+    return value
+
+
+try:
+    BUILD_TIMEOUT_S: float | None = build_timeout_s()
+except UsageError:
+    BUILD_TIMEOUT_S = None  # said where a build starts (build_outcomes), not at import
 
 # name -> Python that builds (and imports) it in a child; its last line of output, if
 # any, is a detail for the status line.
@@ -115,6 +137,8 @@ def build_all(only: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
 
 def build_outcomes(only: Sequence[str] | None = None) -> Iterator[Outcome]:
     """build_all's builds, each as an Outcome."""
+    if BUILD_TIMEOUT_S is None:
+        build_timeout_s()  # the bad value, named
     if only is not None:
         unknown = [n for n in only if n not in _BUILDERS]
         if unknown:
