@@ -270,3 +270,39 @@ def test_a_malformed_fault_ends_the_job_before_any_case_and_keeps_the_last_resul
     assert one_line(out, "ERROR: ").startswith("ERROR: NUMABENCH_FAULT: bad fault 'explode@now'"), out
     assert json.loads(last.read_text()) == {"previous": True}
     assert not left_beside(last) and not scratch_left(tmp_path / "tmp")
+
+
+def test_a_folder_where_last_run_json_belongs_ends_the_job_at_once_with_exit_6(tmp_path):
+    """It exited 0 and wrote the results inside the folder ("(? entries)")."""
+    (tmp_path / "last-run.json").mkdir()
+    p = bench(tmp_path)
+    out = finish(p, 120)
+    assert p.returncode == 6, out
+    assert f"[bench] {tmp_path}/last-run.json is a folder: the results cannot replace it" in out
+    assert list((tmp_path / "last-run.json").iterdir()) == []
+
+
+def test_sigkill_of_the_job_script_alone_ends_pytest_and_its_workers_and_the_next_run_clears_its_file(tmp_path):
+    """No trap runs on SIGKILL: pytest (and its worker) ran on, and .last-run.json.PID stayed for good."""
+    os.environ["NUMABENCH_FAULT"] = "hang@step1"
+    try:
+        p = bench(tmp_path)
+    finally:
+        os.environ.pop("NUMABENCH_FAULT")
+    try:
+        wait_for_workers(p)
+        tree = psutil.Process(p.pid).children(recursive=True)
+        p.kill()  # the script alone
+        p.wait(timeout=10)
+        deadline = time.monotonic() + INTERRUPT_WAIT_S
+        while time.monotonic() < deadline and any(q.is_running() and q.status() != psutil.STATUS_ZOMBIE for q in tree):
+            time.sleep(0.2)
+        left = [q.pid for q in tree if q.is_running() and q.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+    assert left == [], left
+    (tmp_path / f".last-run.json.{p.pid}").write_text("{}")  # what a killed run can leave, whatever pytest did
+    again = bench(tmp_path, "--numa-tier=bogus")  # the clearing comes before pytest
+    finish(again, 120)
+    assert not list(tmp_path.glob(".last-run.json.*"))
