@@ -279,3 +279,13 @@ def test_first_touch_of_more_than_any_host_holds_is_refused():
     out = subprocess.run([sys.executable, "-m", "numabench", "first-touch", "--gib", "1e30"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.strip() == "numabench: --gib 1e+30: allowed a number > 0, at most 1048576"
+
+
+@pytest.mark.parametrize("rounds", [-3, 0, 2.5, "5", True])
+def test_a_run_with_rounds_that_are_no_count_is_refused(files, tmp_path, rounds):
+    run = json.loads((files / "run.json").read_text())
+    run["benchmarks"][0]["stats"]["rounds"] = rounds
+    (tmp_path / "bad.json").write_text(json.dumps(run))
+    out = subprocess.run([sys.executable, "-m", "numabench", "report", str(tmp_path / "bad.json")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and f"stats.rounds is {json.dumps(rounds)}: allowed a whole number from 1" in out.stderr

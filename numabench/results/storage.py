@@ -211,6 +211,11 @@ def check_timings(benches: list, where: str) -> None:
                 shown = json.dumps(value)[:40]  # NaN, Infinity, -0.01, "0.01"
                 allowed = ALLOWED_TIMING.replace("> 0", ">= 0") if zero_ok else ALLOWED_TIMING
                 raise UsageError(f"{where}: {entry} {field_name} is {shown}: {allowed}")
+        for count in ("rounds", "iterations"):  # counts, not times: whole and >= 1 (a negative one was kept)
+            value = stats.get(count)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9):
+                raise UsageError(f"{where}: {entry} stats.{count} is {json.dumps(value)[:40]}: allowed a whole number "
+                                 "from 1")
 
 
 def run_from_text(text: str, name: str | Path, *, baseline_for: str | None = None) -> dict[str, Any]:
