@@ -114,9 +114,21 @@ def test_refusals_are_one_line_and_exit_2(tmp_path, capsys):
     site = tmp_path / "site"
     assert main(["publish", str(BASELINES), "--out", str(site)]) == 0
     (site / "stale.html").write_text("from an older site")
+    with (site / ".numabench-site").open("a") as manifest:
+        manifest.write("stale.html\n")  # as the publish that wrote it listed it
+    (site / "notes.txt").write_text("the user's own")
+    (site / "mine").mkdir()
+    (site / "mine" / "a.txt").write_text("also the user's")
     assert main(["publish", str(BASELINES), "--out", str(site)]) == 2
     assert main(["publish", str(BASELINES), "--out", str(site), "--force"]) == 0
     assert not (site / "stale.html").exists() and (site / "index.html").exists()
+    # --force removes only what a publish wrote: the user's other files stay (they were deleted)
+    assert (site / "notes.txt").read_text() == "the user's own" and (site / "mine" / "a.txt").exists()
+    # a site published before manifests: its pages and assets are the publish's, the rest the user's
+    (site / ".numabench-site").unlink()
+    (site / "old-page.html").write_text("an older publish's page")
+    assert main(["publish", str(BASELINES), "--out", str(site), "--force"]) == 0
+    assert not (site / "old-page.html").exists() and (site / "notes.txt").exists()
 
 
 def test_the_committed_baselines_publish_in_under_a_minute(tmp_path):

@@ -2,6 +2,7 @@
 all: numabench.atomic)."""
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -17,6 +18,16 @@ from numabench.publish.page_index import index_page
 from numabench.publish.page_numa import numa_html
 
 ASSETS = ("site.js", "site.css")
+MANIFEST = ".numabench-site"  # the files a publish wrote, one a line: what a later --force may replace
+
+
+def published(folder: Path) -> set[str]:
+    """The files a publish wrote into ``folder``: its manifest's, or (a site published before
+    manifests) its pages and assets; everything else there is somebody else's."""
+    try:
+        return {ln for ln in (folder / MANIFEST).read_text().splitlines() if ln} | {MANIFEST}
+    except OSError:
+        return {p.name for p in folder.iterdir() if p.is_file() and (p.suffix == ".html" or p.name in ASSETS)}
 
 
 @dataclass
@@ -60,6 +71,8 @@ def build_site(runs: list[Run], out: str | Path, *, source: str = "", threshold:
     ab_site = ab_pages(list(ab))
     out = Path(out)
     replace = check_out(out, force)
+    # --force replaces only what a publish wrote: the folder's other files are carried into the new site
+    theirs = sorted(p for p in out.iterdir() if p.name not in published(out)) if replace else []
     names = []
     # an empty --out keeps its own folder (its mode, its owner): the pages are moved into it
     with staged_folder(out, into_existing=not replace, replace=replace) as stage:
@@ -79,4 +92,10 @@ def build_site(runs: list[Run], out: str | Path, *, source: str = "", threshold:
             write(key["numa_file"], numa_html(key))
         for name in ASSETS:
             (stage / name).write_bytes(resources.files("numabench.publish").joinpath(name).read_bytes())
+        (stage / MANIFEST).write_text("".join(f"{n}\n" for n in (*names, *ASSETS)))
+        for path in theirs:
+            if path.is_dir() and not path.is_symlink():
+                shutil.copytree(path, stage / path.name, symlinks=True)
+            else:
+                shutil.copy2(path, stage / path.name, follow_symlinks=False)
     return Site(out, [out / n for n in names], len(model["keys"]), len(runs), len(ab_site))
