@@ -1,0 +1,110 @@
+"""Where an A/B entry's spread comes from: its log round ratios split into the part that moves
+from round to round inside a pair (within-pair) and the part that moves from pair to pair
+(between-pair), from a kept session (numabench ab --session-json), measuring nothing.
+
+For an entry with P pairs of R rounds each, x[p][r] = log(head round r / base round r) of pair p
+(the rounds alternated, so round r of one side ran beside round r of the other). A one-way
+random-effects split of the x's:
+
+    within  s_w^2 = the mean over pairs of each pair's sample variance of its x's
+    between s_b^2 = max(0, var over pairs of the pair means - s_w^2 / R)
+
+The gate judges each pair by the median of its x's. Their observed variance s_m^2 holds s_b^2
+and what the rounds add through the median, w = s_m^2 - min(s_b^2, s_m^2), shrinking as 1 / R
+(the rounds' tails make the median's share smaller than a normal model's pi/2 x s_w^2 / R,
+so the observed one is used). So:
+
+- where s_w^2 / R dominates, more rounds narrow each pair (``Family.ab_rounds``);
+- where s_b^2 dominates, more rounds do nothing: what moves is the pair (its workers' buffers and
+  where their pages landed, the CPUs, the minute it ran in), and only more pairs, or moving those
+  causes inside a pair (new buffers every few rounds), narrow the interval.
+
+``resolution_at`` predicts the resolution of P pairs of R rounds from the two parts, at the
+gate's confidence (t on P - 1 degrees of freedom), to say which cure reaches a target.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from numabench.gate.formats import format_table
+from numabench.gate.pairs import MIN_PAIRS, round_ratio, t_quantile
+
+@dataclass(frozen=True)
+class Spread:
+    """One entry's spread, in log-ratio units (about fractions: 0.01 is 1%)."""
+    name: str
+    pairs: int
+    rounds: int  # rounds per pair (the fewest any pair had)
+    within_sd: float  # round to round, inside a pair
+    between_sd: float  # pair to pair, beyond what the rounds explain
+    pair_sd: float  # of the pairs' ratios as the gate takes them (median of the rounds), observed
+
+    @property
+    def pairs_part(self) -> float:
+        """The pair's own part of a pair ratio's variance (at most all of it, as observed)."""
+        return min(self.between_sd, self.pair_sd) ** 2
+
+    @property
+    def rounds_part(self) -> float:
+        """What the rounds add to a pair ratio's variance at this many rounds, as observed."""
+        return self.pair_sd ** 2 - self.pairs_part
+
+    @property
+    def between_share(self) -> float:
+        """The share of a pair ratio's variance that is the pair's own (0-1)."""
+        return self.pairs_part / self.pair_sd ** 2 if self.pair_sd > 0 else 0.0
+
+    def resolution_at(self, pairs: int, rounds: int, confidence: float = 0.95) -> float:
+        """The resolution (percent) that ``pairs`` pairs of ``rounds`` rounds would have, the two
+        parts as measured here (the rounds' part scaled by this session's rounds / ``rounds``)."""
+        if pairs < MIN_PAIRS or rounds < 1:
+            raise ValueError(f"{pairs} pairs of {rounds} rounds: allowed 2 or more pairs of 1 or more rounds")
+        sd = math.sqrt(self.pairs_part + self.rounds_part * self.rounds / rounds)
+        return math.expm1(t_quantile((1 + confidence) / 2, pairs - 1) * sd / math.sqrt(pairs)) * 100
+
+
+def spread_of(name: str, base_rounds: Sequence[Sequence[float]], head_rounds: Sequence[Sequence[float]]) -> Spread:
+    """The split of one entry from each pair's rounds of both sides (pair by pair, round by round)."""
+    logs = []
+    for p, (b, h) in enumerate(zip(base_rounds, head_rounds)):
+        if len(b) != len(h) or len(b) < 2:
+            raise ValueError(f"{name}: pair {p} has {len(b)} base and {len(h)} head rounds: allowed as many of each, "
+                             "2 or more")
+        if not all(v > 0 and math.isfinite(v) for v in (*b, *h)):
+            raise ValueError(f"{name}: pair {p}: a round that is not a time > 0")
+        logs.append([math.log(hv / bv) for bv, hv in zip(b, h)])
+    if len(logs) < MIN_PAIRS:
+        raise ValueError(f"{name}: {len(logs)} pairs with rounds of both sides: allowed {MIN_PAIRS} or more")
+    rounds = min(len(x) for x in logs)
+    within = statistics.fmean(statistics.variance(x) for x in logs)
+    means = [statistics.fmean(x) for x in logs]
+    between = max(0.0, statistics.variance(means) - within / rounds)
+    pair_logs = [math.log(round_ratio(b, h)) for b, h in zip(base_rounds, head_rounds)]  # as the gate takes them
+    return Spread(name, len(logs), rounds, math.sqrt(within), math.sqrt(between), statistics.stdev(pair_logs))
+
+
+def session_spreads(run: Mapping[str, Any]) -> list[Spread]:
+    """Every entry of a kept session (numabench ab --session-json) that kept both sides' rounds
+    of 2 or more pairs, in the session's order."""
+    out = []
+    for bench in run.get("benchmarks") or []:
+        ab = (bench.get("extra_info") or {}).get("ab_base") or {}
+        base, head = ab.get("invocation_rounds_s"), ab.get("head_invocation_rounds_s")
+        if isinstance(base, list) and isinstance(head, list) and len(base) == len(head) >= MIN_PAIRS:
+            out.append(spread_of(str(bench.get("fullname") or bench.get("name")), base, head))
+    return out
+
+
+def table(spreads: Iterable[Spread], pairs: Sequence[int] = (3, 6, 12), rounds: Sequence[int] = (10, 30),
+          confidence: float = 0.95) -> list[str]:
+    """Each entry's split and the resolutions other pairs and rounds would give, as text lines."""
+    cols = [(p, r) for p in pairs for r in rounds]
+    head = ["entry", "pairs x rounds", "within %", "between %", "pair sd %", "between share",
+            *(f"res {p}x{r} %" for p, r in cols)]
+    rows = [[s.name.split("::")[-1], f"{s.pairs}x{s.rounds}", f"{s.within_sd * 100:.2f}", f"{s.between_sd * 100:.2f}",
+             f"{s.pair_sd * 100:.2f}", f"{s.between_share:.0%}",
+             *(f"{s.resolution_at(p, r, confidence):.2f}" for p, r in cols)] for s in spreads]
+    return format_table(head, rows)

@@ -1,0 +1,87 @@
+"""Where an A/B entry's spread comes from (numabench.ab.noise): its log round ratios split into
+the round-to-round part inside a pair and the pair-to-pair part, on seeded synthetic sessions
+whose two parts are known, and the resolution predicted for other pairs and rounds."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from numabench.ab.noise import session_spreads, spread_of, table
+from numabench.gate.pairs import judge_ratios, round_ratio
+
+ROOT = Path(__file__).resolve().parents[1]
+KEPT = ROOT / "tests" / "data" / "ab" / "cpu-aa-smoke-3pairs.session.json"
+
+
+def synthetic(rng: random.Random, pairs: int, rounds: int, within: float, between: float):
+    """Both sides' rounds of ``pairs`` pairs: each pair's head offset by its own N(0, between) in
+    log terms, each round's by N(0, within); the base at 1 ms with a little noise of its own."""
+    base, head = [], []
+    for _ in range(pairs):
+        offset = rng.gauss(0.0, between)
+        b = [1e-3 * math.exp(rng.gauss(0.0, 0.001)) for _ in range(rounds)]
+        base.append(b)
+        head.append([v * math.exp(offset + rng.gauss(0.0, within)) for v in b])
+    return base, head
+
+
+@pytest.mark.parametrize("within, between", [(0.02, 0.0), (0.002, 0.02), (0.01, 0.01)],
+                         ids=["rounds-only", "pairs-only", "both"])
+def test_the_two_parts_are_found_where_they_are(within, between):
+    rng = random.Random(72)
+    spread = spread_of("x", *synthetic(rng, 40, 30, within, between))
+    assert spread.within_sd == pytest.approx(within, rel=0.1, abs=0.001)
+    assert spread.between_sd == pytest.approx(between, rel=0.3, abs=0.002)
+    if between == 0.0:
+        assert spread.between_share < 0.3  # more rounds are the cure
+    elif within < between:
+        assert spread.between_share > 0.9  # only more pairs (or placement varied inside a pair) help
+
+
+def test_more_rounds_narrow_only_the_rounds_part():
+    rng = random.Random(7)
+    rounds_only = spread_of("r", *synthetic(rng, 12, 10, 0.03, 0.0))
+    pairs_only = spread_of("p", *synthetic(rng, 12, 10, 0.001, 0.02))
+    assert rounds_only.resolution_at(3, 40) < rounds_only.resolution_at(3, 10) / 1.5
+    assert pairs_only.resolution_at(3, 40) == pytest.approx(pairs_only.resolution_at(3, 10), rel=0.05)
+    assert pairs_only.resolution_at(12, 10) < pairs_only.resolution_at(3, 10) / 2
+
+
+def test_at_its_own_pairs_and_rounds_it_gives_the_gate_s_resolution():
+    run = json.loads(KEPT.read_text())
+    spreads = {s.name: s for s in session_spreads(run)}
+    assert len(spreads) == 3
+    for bench in run["benchmarks"]:
+        ab = bench["extra_info"]["ab_base"]
+        ratios = [round_ratio(b, h) for b, h in zip(ab["invocation_rounds_s"], ab["head_invocation_rounds_s"])]
+        s = spreads[bench["fullname"]]
+        assert s.pair_sd == pytest.approx(statistics.stdev(math.log(r) for r in ratios), rel=1e-6)
+        assert s.resolution_at(s.pairs, s.rounds) == pytest.approx(judge_ratios(ratios, 1.0, 0.95).resolution_pct,
+                                                                   rel=1e-6)
+    lines = table(spreads.values())
+    assert lines[0].startswith("entry") and len(lines) == 2 + 3
+
+
+def test_bad_rounds_are_refused_naming_the_entry():
+    with pytest.raises(ValueError, match="x: pair 0 has 2 base and 3 head rounds"):
+        spread_of("x", [[1.0, 1.0], [1.0, 1.0]], [[1.0, 1.0, 1.0], [1.0, 1.0]])
+    with pytest.raises(ValueError, match="x: 1 pairs with rounds of both sides: allowed 2 or more"):
+        spread_of("x", [[1.0, 1.0]], [[1.0, 1.0]])
+
+
+def test_the_tool_prints_the_split_of_a_kept_session_and_refuses_what_is_not_one(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "numabench.tools.ab_noise", str(KEPT)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and "3 entries with both sides' rounds" in out.stdout, out.stderr
+    assert "test_touch[write-np1-67.1M-default-fp32]" in out.stdout
+    (tmp_path / "bad.json").write_text("{")
+    bad = subprocess.run([sys.executable, "-m", "numabench.tools.ab_noise", str(tmp_path / "bad.json")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("ab_noise: ")
