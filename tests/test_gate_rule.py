@@ -220,3 +220,22 @@ def test_window_seeded_from_a_baselines_folder(tmp_path, capsys):
     assert main(["learn", ok, "--window", str(tmp_path / "w"), "--seed", str(tmp_path / "baselines")]) == 0
     out = capsys.readouterr().out
     assert "0001_0002_new.json" in out and "0002_ok.json" in out and "--benchmark-compare=" in out
+
+
+def test_window_keeps_a_run_once_whatever_it_is_handed_as(tmp_path):
+    """A copy under another name is learnt before; a merge of a member and another run is refused
+    (it was pooled: the member's invocations counted twice)."""
+    window = tmp_path / "w"
+    first = _gated_run(tmp_path, "run1.json", "vm-1", "2026-11-23T01:00:00", {"h2d": 1.0e-3})
+    res = learn(window, first)
+    copy = tmp_path / "renamed.json"
+    copy.write_text(Path(first).read_text())
+    again = learn(window, copy)
+    assert again.members == res.members and len(members(window)) == 1
+    other = _gated_run(tmp_path, "run2.json", "vm-2", "2026-11-23T02:00:00", {"h2d": 1.01e-3})
+    merged = tmp_path / "merged.json"
+    merged.write_text(json.dumps(merge_runs([first, other]).run))
+    with pytest.raises(UsageError, match=r"it holds the run of 2026-11-23T01:00:00 .* the window holds already as "
+                                         r"0001_run1\.json"):
+        learn(window, merged)
+    assert len(members(window)) == 1

@@ -144,6 +144,12 @@ def _run_sources(name: str, run: dict) -> set[tuple]:
     return sources
 
 
+def run_times(name: str, run: dict) -> set[tuple[str, str]]:
+    """The runs ``run`` holds the invocations of, by time and commit (a file's name aside: a window
+    renames what it learns), merged ones each."""
+    return {(s[2], s[3]) for s in _run_sources(name, run) if s[0] == "run"}
+
+
 def check_distinct(runs: Sequence[tuple[str, dict]]) -> None:
     """Refuse two runs that hold the same run's invocations (a file named twice, a copy of it,
     a merged run and one it was merged from): pooled, each invocation would count twice and

@@ -28,7 +28,7 @@ from numabench.errors import UsageError
 from numabench.machine.hwkey import run_hardware_key
 from numabench.results import storage
 from numabench.results.fleet_run import regressions_of
-from numabench.results.merge import merge_loaded
+from numabench.results.merge import merge_loaded, run_times
 from numabench.results.storage import exclusive_lock, publish
 
 BASELINE = "baseline.json"
@@ -99,9 +99,16 @@ def learn(folder: str | Path, run_path: str | Path, *, keep: int = DEFAULT_KEEP,
             _add(folder, 1, _label(Path(seed)), seed_run)
         _check_member(run, str(run_path), key if key is not None else run_hardware_key(run))
         current = members(folder)
+        held = {t: p.name for p in current for t in run_times(p.name, storage.load_run(p))}
+        mine = run_times(run_path.name, run)
         if any(storage.load_run(p).get("datetime") == run.get("datetime") and
-               _label(run_path) in p.name for p in current):
-            added = None  # learnt before
+               _label(run_path) in p.name for p in current) or (mine and mine <= set(held)):
+            added = None  # learnt before (itself, or a copy of it under another name)
+        elif mine & set(held):  # a merged run holding a member and more: pooled, the member would count twice
+            when, commit = sorted(mine & set(held))[0]
+            raise UsageError(f"learn {run_path}: it holds the run of {when} (commit {commit[:12]}) the window holds "
+                             f"already as {held[(when, commit)]}: pooled, its invocations would count twice; allowed "
+                             "a run the window does not hold (learn each run once, not a merge of them)")
         else:
             last = int(_MEMBER.match(current[-1].name).group(1)) if current else 0
             added = _add(folder, last + 1, _label(run_path), run)
