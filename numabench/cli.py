@@ -244,15 +244,18 @@ def this_machine_key() -> str:
 def cmd_history(ns: argparse.Namespace) -> int:
     from numabench.results.history import histories, render_all
 
+    if ns.out and Path(ns.out).exists() and not Path(ns.out).is_dir():  # a traceback from mkdir before
+        raise UsageError(f"--out {ns.out}: a file; allowed a folder for the plots (new or existing)")
     key = ns.key if ns.key is not None or not ns.index else this_machine_key()
     hists = histories(ns.folder, threshold=ns.threshold, from_git=ns.git, index=ns.index, key=key)
     sys.stdout.write(render_all(hists, show="all" if ns.all else "changes"))
     if ns.out:
-        from pathlib import Path
-
         from numabench.results.history import trend_plots
 
-        paths = [p for h in hists for p in trend_plots(h, Path(ns.out) / h.key if len(hists) > 1 else ns.out)]
+        try:
+            paths = [p for h in hists for p in trend_plots(h, Path(ns.out) / h.key if len(hists) > 1 else ns.out)]
+        except OSError as e:  # a full disk, a file-size limit, a folder that cannot be made
+            raise UsageError(f"--out {ns.out}: cannot write the plots: {e.strerror or e}") from None
         print(f"wrote {len(paths)} plot(s) in {ns.out}")
     return 0
 

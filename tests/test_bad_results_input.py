@@ -171,6 +171,8 @@ ROWS = [
      ["index URL 'http://127.0.0.1:99999/idx': Port out of range"]),
     ("history-index-bad-ipv6", "history --index http://[::1:9200/idx --key K",
      ["index URL 'http://[::1:9200/idx': Invalid IPv6 URL"]),
+    ("history-out-a-file", "history baselines --out {d}/good.json",
+     ["--out {d}/good.json: a file; allowed a folder for the plots"]),
     ("publish-fleet-bad-ipv6", "publish --fleet http://[::1:9200/idx --out {d}/site",
      ["index URL 'http://[::1:9200/idx': Invalid IPv6 URL"]),
 ]
