@@ -118,3 +118,8 @@ def test_a_family_at_another_tier_is_collected_at_it_and_the_others_are_not():
     assert ids(smoke.stdout, "host_membw") == ids(mixed.stdout, "host_membw")
     bad = _collected("--numa-family-tier=nosuch=ci")
     assert bad.returncode == 4 and "--numa-family-tier=nosuch=ci: allowed FAMILY=TIER" in bad.stderr, bad.stderr
+
+
+def test_no_change_at_all_says_so():
+    assert Scope().lines("smoke") == ["scope: the smoke tier: no path differs between base and head"]
+    assert Scope().pytest_args("smoke") == []

@@ -54,6 +54,8 @@ class Scope:
         if self.whole:
             shown = ", ".join(self.shared[:5]) + (", ..." if len(self.shared) > 5 else "")
             return [f"scope: the whole ci tier: code every family runs changed ({shown})"]
+        if not self.families and not self.others:
+            return ["scope: the smoke tier: no path differs between base and head"]
         if not self.families:
             return [f"scope: the smoke tier: no family's own code changed ({self.others} changed paths touch none)"]
         out = [f"scope: the ci tier of {', '.join(sorted(self.families))}, whose own code changed; the smoke tier "
