@@ -29,6 +29,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from numabench.ab.settings import DEFAULTS
 from numabench.gate.formats import format_table
 from numabench.gate.pairs import MIN_PAIRS, round_ratio, t_quantile
 
@@ -57,7 +58,7 @@ class Spread:
         """The share of a pair ratio's variance that is the pair's own (0-1)."""
         return self.pairs_part / self.pair_sd ** 2 if self.pair_sd > 0 else 0.0
 
-    def resolution_at(self, pairs: int, rounds: int, confidence: float = 0.95) -> float:
+    def resolution_at(self, pairs: int, rounds: int, confidence: float = DEFAULTS.confidence) -> float:
         """The resolution (percent) that ``pairs`` pairs of ``rounds`` rounds would have, the two
         parts as measured here (the rounds' part scaled by this session's rounds / ``rounds``)."""
         if pairs < MIN_PAIRS or rounds < 1:
@@ -99,7 +100,7 @@ def session_spreads(run: Mapping[str, Any]) -> list[Spread]:
 
 
 def table(spreads: Iterable[Spread], pairs: Sequence[int] = (3, 6, 12), rounds: Sequence[int] = (10, 30),
-          confidence: float = 0.95) -> list[str]:
+          confidence: float = DEFAULTS.confidence) -> list[str]:
     """Each entry's split and the resolutions other pairs and rounds would give, as text lines."""
     cols = [(p, r) for p in pairs for r in rounds]
     head = ["entry", "pairs x rounds", "within %", "between %", "pair sd %", "between share",
