@@ -134,6 +134,18 @@ def _choice(*allowed: str):
     return parse
 
 
+def _fraction(text: str) -> str:
+    """A share in (0, 1], canonical as the shortest decimal (``0.50`` -> ``0.5``, ``1.0`` -> ``1``)."""
+    t = text.strip()
+    try:
+        value = float(t)
+    except ValueError:
+        value = float("nan")
+    if not re.fullmatch(r"[0-9]*\.?[0-9]+", t) or not 0 < value <= 1:
+        raise UsageError(f"{text!r}: allowed auto or a share greater than 0 and at most 1, e.g. 0.25")
+    return f"{value:g}"
+
+
 def _place(text: str) -> str:
     from numabench.numa.place import Place
 
@@ -160,6 +172,14 @@ KNOBS: dict[str, Knob] = {k.name: k for k in (
          _choice("scalar", "avx2", "avx512"), "NUMABENCH_CPU_ADAM_SIMD"),
     Knob("chunk_nbytes", "broadcast: bytes per chunk of the pipelined and relay methods (auto: 16 MiB, at "
          "least 8 chunks, never under 1 MiB)", _whole(1, "bytes"), "NUMABENCH_BCAST_CHUNK_BYTES"),
+    Knob("offload_ratio", "train_step (deepspeed-zero3, streamed-split): the share of the fp32 master weights "
+         "and moments kept on the host, DeepSpeed's offload_optimizer.ratio; the rest stays on the GPU (auto: "
+         "deepspeed-zero3 offloads all, 1; streamed-split keeps on the GPU the largest share that fits its "
+         "memory after activations)", _fraction),
+    Knob("zenflow_topk", "train_step (deepspeed-zenflow): ZenFlow's topk_ratio, the share of gradient columns "
+         "updated on the GPU every step (auto: 0.05, DeepSpeed's tutorial)", _fraction),
+    Knob("zenflow_update_interval", "train_step (deepspeed-zenflow): ZenFlow's update_interval, the steps between "
+         "the CPU's updates of the other columns (auto: 4, DeepSpeed's tutorial)", _whole(1, "steps")),
     Knob("place", "adam_offload, cpu_adam, train_step (streamed, deepspeed-*): each kind of host tensor under its "
          "own policy, KIND:POLICY[+KIND:POLICY] (kinds master, grads, moments, weights), or a DRAM budget per "
          "rank, budget:SIZE:FAST:SLOW (numabench.numa.place; auto: the process policy places everything); "

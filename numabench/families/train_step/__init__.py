@@ -12,7 +12,13 @@ fused kernel, overlapped with the copies and with backward (numabench.families.t
 no-offload: the reference of the fp32 + autocast recipe, torch's fused AdamW with all state on the GPU;
 no-offload-master: the reference of the bf16 + fp32 master recipe the streamed and DeepSpeed modes
 train, bf16 weights with an fp32 master, gradient and moments on the GPU,
-numabench.families.train_step.master) and ``model`` (tiny, small; 1b and 5b on request:
+numabench.families.train_step.master; deepspeed-zenflow: ZeRO-2 + CPU offload + DeepSpeed's ZenFlow,
+the top-k gradient columns stepped on the GPU every step and the rest by the CPU every
+update_interval steps, overlapped: stale updates, not the same optimizer (knobs zenflow_topk,
+zenflow_update_interval); streamed-split: the streamed mode with the leading parameters' master and
+moments kept on the GPU (no-offload-master's update) and only the rest streamed; knob
+``offload_ratio``, the share on the host, for it and for deepspeed-zero3, DeepSpeed's
+offload_optimizer.ratio: numabench.families.train_step.split) and ``model`` (tiny, small; 1b, 5b and 10b on request:
 numabench.families.train_step.configs). Each mode's precision recipe and the no-offload mode of
 the same recipe: numabench.families.train_step.recipes.
 The DeepSpeed and torchao modes need their optional packages.
@@ -65,18 +71,24 @@ DEFAULT_WARMUP = 2
 
 
 MODES = ("ddp", "fsdp", "fsdp-offload", "deepspeed-zero2", "deepspeed-zero3", "torchao-offload", "streamed",
-         "no-offload", "no-offload-master")
-MODELS = ("tiny", "small", "1b", "5b")
+         "no-offload", "no-offload-master", "deepspeed-zenflow", "streamed-split")
+MODELS = ("tiny", "small", "1b", "5b", "10b")
 # modes that need an optional package (numabench[deepspeed], numabench[torchao])
-MODE_PACKAGES = {"deepspeed-zero2": "deepspeed", "deepspeed-zero3": "deepspeed", "torchao-offload": "torchao"}
+MODE_PACKAGES = {"deepspeed-zero2": "deepspeed", "deepspeed-zero3": "deepspeed", "torchao-offload": "torchao",
+                 "deepspeed-zenflow": "deepspeed"}
+# the knobs a mode reads (a knob set for another mode would only rename the same case)
+MODE_KNOBS = {"offload_ratio": memory.SPLIT_MODES, "zenflow_topk": ("deepspeed-zenflow",),
+              "zenflow_update_interval": ("deepspeed-zenflow",)}
 POOL = 4  # distinct batches per rank, cycled through in the timed steps
 
 # Host bytes per parameter an offload mode keeps, as measured on its ranks (bounds: DeepSpeed on
 # its CPU accelerator keeps more than on a GPU) and whether every rank holds a whole copy
 # (replicated) or ZeRO/FSDP split it over the ranks: streamed 12 (master, two moments), ZeRO-2
-# 16-20, ZeRO-3 18-24, torchao 16, FSDP2's CPU offload 12. The on-device modes keep none.
+# 16-20, ZeRO-3 18-24, torchao 16, FSDP2's CPU offload 12, ZenFlow 24-28; the split modes these at
+# offload_ratio 1 (host_state_bytes scales them). The on-device modes keep none.
 OFFLOAD_HOST_BYTES = {"streamed": (12, True), "deepspeed-zero2": (20, False), "deepspeed-zero3": (24, False),
-                      "torchao-offload": (16, True), "fsdp-offload": (12, False)}
+                      "torchao-offload": (16, True), "fsdp-offload": (12, False), "deepspeed-zenflow": (28, False),
+                      "streamed-split": (12, True)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,7 +102,7 @@ def _cuda_here() -> bool:
 def variant_kernels(variant) -> tuple[str, ...]:
     """The streamed mode's ranks run our fused Adam kernel where they run on GPUs (torch's AdamW
     on CPU ranks): the parent builds it before they start, and plans count its build."""
-    return ("cuda_adam",) if variant.get("mode") == "streamed" and _cuda_here() else ()
+    return ("cuda_adam",) if variant.get("mode") in ("streamed", "streamed-split") and _cuda_here() else ()
 
 
 # The modes whose optimizer state stays on the GPU (no host state to offload).
@@ -110,9 +122,22 @@ def step_threads(case) -> int:
 def host_state_bytes(case) -> int:
     """Host memory the case's offloaded optimizer state takes over all its ranks (0 for the
     modes that keep it on the device)."""
-    per_param, replicated = OFFLOAD_HOST_BYTES.get(case.param("mode", "ddp"), (0, False))
+    mode = case.param("mode", "ddp")
+    per_param, replicated = OFFLOAD_HOST_BYTES.get(mode, (0, False))
+    if mode in memory.SPLIT_MODES:  # the host share; ZeRO-3's flat gradient buffer whatever the ratio
+        fixed = memory.SPLIT_HOST[mode][0]
+        per_param = fixed + (per_param - fixed) * planned_offload_ratio(case)
     n = param_count(model_config(case.param("model", "tiny")))
-    return per_param * n * (case.nprocess if replicated else 1)
+    return int(per_param * n * (case.nprocess if replicated else 1))
+
+
+def planned_offload_ratio(case) -> float:
+    """The offload_ratio a plan counts the host state at: the case's, or at ``auto`` on a GPU (where
+    the rank picks it from the GPU's free memory) the most the host may get, 1."""
+    if case.param("mode", "ddp") == "streamed-split" and (case.param("offload_ratio") or "auto") == "auto" \
+            and _cuda_here():
+        return 1.0
+    return memory.case_offload_ratio(case, None)
 
 
 def host_bytes_per_sequence(case) -> float:
@@ -144,6 +169,9 @@ def skip_reason(case) -> str | None:
     if package and importlib.util.find_spec(package) is None:
         return (f"mode {mode} needs the optional package {package} (pip install 'numabench[{package}]'; "
                 "docs/RESULTS.md pins the versions): not importable")
+    for knob, modes in MODE_KNOBS.items():
+        if case.param(knob) and mode not in modes:
+            return f"{knob}={case.param(knob)} sets mode {' and '.join(modes)}; mode {mode} has no such setting"
     if case.param("place") and mode not in PLACED_TOUCHES:
         return (f"place={case.param('place')} places the host state of modes {', '.join(PLACED_TOUCHES)}; mode "
                 f"{mode} keeps {'its state on the device' if mode not in OFFLOAD_HOST_BYTES else 'its host state in its library'}")
@@ -160,7 +188,7 @@ def skip_reason(case) -> str | None:
 # read once more for the updated weights' copy back.
 # ZeRO-2 also keeps the compute weights on the host, written by the cast after CPU Adam and read by
 # their copy to the GPU.
-PLACED_TOUCHES = {"streamed": {"master": 2, "moments": 2},
+PLACED_TOUCHES = {"streamed": {"master": 2, "moments": 2}, "streamed-split": {"master": 2, "moments": 2},
                   "deepspeed-zero2": {"master": 3, "moments": 2, "grads": 2, "weights": 2},
                   "deepspeed-zero3": {"master": 3, "moments": 2, "grads": 2}}
 KIND_BYTES_PER_PARAM = {"master": 4, "moments": 8, "grads": 4}  # fp32; weights: the training dtype
@@ -173,9 +201,12 @@ def state_kinds(case: Case) -> tuple[KindDemand, ...]:
     if not touches:
         return ()
     n = param_count(model_config(case.param("model", "tiny")))
-    share = 1 if case.param("mode") == "streamed" else case.nprocess
+    share = 1 if case.param("mode") in ("streamed", "streamed-split") else case.nprocess
     per_param = {**KIND_BYTES_PER_PARAM, "weights": case.itemsize}
-    return tuple(KindDemand(k, -(-per_param[k] * n // share), t) for k, t in touches.items())
+    # a split mode's host share: its master and moments (ZeRO-3's gradients stay whole on the host)
+    ratio = planned_offload_ratio(case) if case.param("mode") in memory.SPLIT_MODES else 1.0
+    scale = {"master": ratio, "moments": ratio}
+    return tuple(KindDemand(k, -(-int(per_param[k] * n * scale.get(k, 1.0)) // share), t) for k, t in touches.items())
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -210,10 +241,37 @@ def deepspeed_parts(result: CaseResult) -> dict:
     return out
 
 
-def pcie_bytes_per_param(mode: str, dtype: str) -> float:
+def pcie_bytes_per_param(mode: str, dtype: str, offload_ratio: float = 1.0, update_interval: int | None = None) -> float:
     """Bytes over PCIe per step per parameter under ``mode``, both directions (one rank's share, per
     its parameter; numabench.families.train_step.traffic has the model and each direction)."""
-    return sum(pcie_bytes_by_direction(mode, dtype))
+    return sum(pcie_bytes_by_direction(mode, dtype, offload_ratio, update_interval))
+
+
+def settings(result: CaseResult) -> dict:
+    """The split and ZenFlow settings a case ran with, as its rank 0 recorded them: ``offload_ratio``
+    (the share on the host it became; 1 for the other modes) and ``update_interval`` (ZenFlow's;
+    None for the other modes)."""
+    info = result.setup_info[0]
+    zen = getattr(info, "zenflow", None) or {}
+    ratio = getattr(info, "offload_ratio", None)
+    return {"offload_ratio": 1.0 if ratio is None else float(ratio),
+            "update_interval": int(zen["update_interval"]) if isinstance(zen.get("update_interval"), int) else None}
+
+
+def zenflow_parts(result: CaseResult) -> dict:
+    """deepspeed-zenflow: the block it ran with and its step's mean over whole update intervals (the
+    CPU's update lands in one step of each interval, so the median step leaves it out)."""
+    zen = getattr(result.setup_info[0], "zenflow", None)
+    if not zen:
+        return {}
+    # the block as one value: its keys differ from the knobs zenflow_topk and zenflow_update_interval
+    out = {"zenflow": dict(zen), "zenflow_trade": recipe("deepspeed-zenflow", result.case.dtype).trade}
+    steps, u = result.phases.get("step") or [], zen.get("update_interval")
+    if isinstance(u, int) and u >= 1 and len(steps) >= u:
+        whole = steps[len(steps) % u:]  # the last whole intervals
+        out["step_interval_mean_ms"] = round(statistics.mean(whole) * 1e3, 4)
+        out["step_interval_mean_rounds"] = len(whole)
+    return out
 
 
 def breakdown(result: CaseResult) -> dict:
@@ -251,7 +309,7 @@ def breakdown(result: CaseResult) -> dict:
         out["gpu_idle_source"] = measured[0].source
     elif any(x is not None and x.error is not None for x in idle):
         out["gpu_idle_error"] = next(x.error for x in idle if x is not None and x.error is not None)
-    out["pcie_bytes_per_param"] = pcie_bytes_per_param(mode, result.case.dtype)
+    out["pcie_bytes_per_param"] = pcie_bytes_per_param(mode, result.case.dtype, **settings(result))
     out["pcie_bytes_source"] = "model of the mode's copies (numabench.families.train_step.pcie_bytes_per_param)"
     return out
 
@@ -263,8 +321,11 @@ def memory_metrics(result: CaseResult) -> dict:
     the GPU and the host and its traffic per step (numabench.families.train_step.memory, .traffic)."""
     case, infos = result.case, result.setup_info
     mode = case.param("mode", "ddp")
-    h2d, d2h = pcie_bytes_by_direction(mode, case.dtype)
-    r = recipe(mode, case.dtype)
+    s = settings(result)
+    ratio = s["offload_ratio"]
+    h2d, d2h = pcie_bytes_by_direction(mode, case.dtype, **s)
+    r = recipe(mode, case.dtype, ratio if mode in memory.SPLIT_MODES else None)
+    topk = (getattr(infos[0], "zenflow", None) or {}).get("topk_ratio")
 
     def by_node(rep) -> dict | None:
         return None if rep is None else rep.to_dict()["bytes_by_node"]
@@ -276,11 +337,12 @@ def memory_metrics(result: CaseResult) -> dict:
         "host_total_bytes_by_node_per_rank": [by_node(i.numa_maps) for i in infos],
         "host_pinned_bytes_by_node_per_rank": [by_node(i.host_pinned_by_node) for i in infos],
         "pinned_allocator_bytes_per_rank": [i.pinned_allocator_bytes for i in infos],
-        "gpu_bytes_per_param": memory.gpu_bytes_per_param(mode, case.dtype, case.nprocess),
-        "host_bytes_per_param": memory.host_bytes_per_param(mode, case.dtype, case.nprocess),
+        "gpu_bytes_per_param": memory.gpu_bytes_per_param(mode, case.dtype, case.nprocess, ratio, topk),
+        "host_bytes_per_param": memory.host_bytes_per_param(mode, case.dtype, case.nprocess, ratio),
+        **({"offload_ratio_used": ratio} if mode in memory.SPLIT_MODES else {}),
         "memory_bytes_source": "model of the mode's allocations (numabench.families.train_step.memory)",
         "pcie_h2d_bytes_per_param": h2d, "pcie_d2h_bytes_per_param": d2h,
-        "host_optimizer_bytes_per_param": host_optimizer_bytes(mode, case.dtype),
+        "host_optimizer_bytes_per_param": host_optimizer_bytes(mode, case.dtype, **s),
     }
 
 
@@ -308,19 +370,23 @@ def metrics(result: CaseResult, phase: str) -> dict:
         "threads_per_rank": [i.threads for i in infos],
         "cpus_per_rank": result.affinity,
         "placed": info.placed, "setup_losses_rank0": info.setup_losses, "device": info.device_name,
-        **deepspeed_parts(result), **breakdown(result), **memory_metrics(result),
+        **deepspeed_parts(result), **breakdown(result), **memory_metrics(result), **zenflow_parts(result),
     }
 
 
 FAMILY = GpuOrCpuFamily(
     key="train_step",
-    description=("one training step of a small GPT (`model` tiny, small; 1b and 5b on request) in a process group "
+    description=("one training step of a small GPT (`model` tiny, small; 1b, 5b and 10b on request) in a process group "
                  "of one rank per GPU (gloo on a CPU-only machine), with DDP, FSDP, or FSDP with CPU offload (torch's "
                  "`CPUOffloadPolicy`), DeepSpeed's ZeRO-Offload (`deepspeed-zero2`, `deepspeed-zero3`: "
                  "optimizer state and step on the host, pinned) or torchao's `CPUOffloadOptimizer` "
                  "(`torchao-offload`, one rank), `streamed` (fp32 master weights and Adam moments in "
                  "placed, pinned host memory, streamed through the GPU in chunks and updated by our fused "
-                 "kernel, overlapped with backward on one rank), `no-offload` (fused AdamW, fp32 weights "
+                 "kernel, overlapped with backward on one rank), `deepspeed-zenflow` (ZeRO-2 + CPU offload + "
+                 "ZenFlow: the top-k gradient columns stepped on the GPU every step, the rest on the CPU every few "
+                 "steps, overlapped; stale updates, not the same optimizer), `streamed-split` (a share of the "
+                 "master and moments kept on the GPU, the rest streamed; knob `offload_ratio`, also DeepSpeed "
+                 "ZeRO-3's `offload_optimizer.ratio`), `no-offload` (fused AdamW, fp32 weights "
                  "under bf16 autocast, all state on the GPU) or `no-offload-master` (bf16 weights, fp32 master, "
                  "gradient and moments on the GPU): the references of the two precision recipes, each mode "
                  "judged against its own; each step split into forward, backward and optimizer; tokens/s, "
@@ -347,11 +413,13 @@ FAMILY = GpuOrCpuFamily(
     # cpu_bind: node (the node's CPUs shared by its ranks), rank-cores (disjoint physical cores
     # per rank, as DeepSpeed's --bind_cores_to_rank), none (unbound)
     extra_axes={"mode": MODES, "model": MODELS, "cpu_bind": CPU_BINDS},
-    default_axis_values={"model": ("tiny", "small")},  # 1b and 5b on request (--numa-axis model=1b)
+    default_axis_values={"model": ("tiny", "small")},  # 1b, 5b and 10b on request (--numa-axis model=1b)
     cpu_bind=lambda case: case.param("cpu_bind", "node"),
     step_threads=step_threads,
     worker_axes=(),
-    knobs=("rank_threads", "place"),  # auto: worker.rank_threads (the rank's CPUs over the ranks sharing them)
+    # rank_threads auto: worker.rank_threads (the rank's CPUs over the ranks sharing them); offload_ratio,
+    # zenflow_*: memory.case_offload_ratio, configs.ZENFLOW_DEFAULTS
+    knobs=("rank_threads", "place", "offload_ratio", "zenflow_topk", "zenflow_update_interval"),
     state_kinds=state_kinds,
     host_bytes_per_element=host_bytes_per_sequence,  # for the time plan (placing the host state)
     memory_fit=memory.memory_fit,  # host memory it cannot have skips; GPU memory it cannot have is recorded

@@ -16,6 +16,13 @@ moments live, and the gradients' dtype. Under ``dtype=bf16`` the modes train two
   enabled), FSDP2 with its bf16 parameter policy (``fsdp``, ``fsdp-offload``).
 
 Under ``dtype=fp32`` every mode trains fp32 weights and gradients; ``no-offload`` is the reference.
+
+``deepspeed-zenflow`` trains that recipe's state but not its optimizer: each step AdamW updates only
+the top-k gradient columns (on the GPU); the other columns' gradients are summed and applied by the
+CPU once per update_interval steps, after the steps that followed have run on weights that lack
+them. Its recipe names the trade (``trade``), and the report says it beside every ratio.
+The split modes (``streamed-split``, ``deepspeed-zero3`` at an offload_ratio under 1) keep the
+master and moments of a share of the parameters on the device and of the rest on the host.
 """
 from __future__ import annotations
 
@@ -28,13 +35,18 @@ FP32 = "fp32"
 REFERENCES = {AMP: "no-offload", MASTER: "no-offload-master", FP32: "no-offload"}
 
 # where a mode keeps its fp32 master weights and moments: on the device, or on the host
-HOST_STATE_MODES = ("streamed", "deepspeed-zero2", "deepspeed-zero3", "torchao-offload", "fsdp-offload")
+HOST_STATE_MODES = ("streamed", "deepspeed-zero2", "deepspeed-zero3", "torchao-offload", "fsdp-offload",
+                    "deepspeed-zenflow", "streamed-split")
+SPLIT_MODES = ("streamed-split", "deepspeed-zero3")  # at an offload_ratio under 1: state on both sides
+# what a mode gives up against its recipe's optimizer (one line; the table and the winner sentence say it)
+TRADES = {"deepspeed-zenflow": ("not the same optimizer: AdamW steps the top-k gradient columns every step, "
+                                "the rest once per update_interval steps from gradients summed since (stale)")}
 AMP_MODES = ("no-offload", "ddp", "torchao-offload")
 # modes whose master is a copy separate from the weights (the others update the weights in place)
 MASTER_COPY_MODES = ("no-offload-master", "streamed", "deepspeed-zero2", "deepspeed-zero3", "torchao-offload",
-                     "fsdp", "fsdp-offload")
+                     "fsdp", "fsdp-offload", "deepspeed-zenflow", "streamed-split")
 # modes whose optimizer reads the gradients on the host (the streamed mode brings the state to them)
-HOST_GRAD_MODES = ("torchao-offload", "deepspeed-zero2", "deepspeed-zero3", "fsdp-offload")
+HOST_GRAD_MODES = ("torchao-offload", "deepspeed-zero2", "deepspeed-zero3", "fsdp-offload", "deepspeed-zenflow")
 # where the gradient the optimizer reads comes from, under bf16 (the master's dtype is fp32)
 BF16_GRADS = {
     "no-offload": "fp32 on device", "ddp": "fp32 on device",
@@ -45,6 +57,8 @@ BF16_GRADS = {
     "deepspeed-zero3": "bf16 on device, widened to fp32 and copied to the host",
     "fsdp": "bf16, reduced to fp32 on device",
     "fsdp-offload": "bf16, reduced to fp32, copied to the host",
+    "deepspeed-zenflow": "bf16 on device; top-k columns stepped there, the rest widened to fp32 and copied to the host",
+    "streamed-split": "bf16 on device (widened in the update)",
 }
 
 
@@ -56,37 +70,45 @@ class Recipe:
     moments: str  # AdamW's two moments
     grads: str  # the gradients the optimizer reads
     reference: str  # the no-offload mode of the same recipe
+    trade: str | None = None  # what the mode gives up against the recipe's optimizer (TRADES)
 
     def label(self) -> str:
         """The whole recipe in one line."""
-        return f"{self.weights}; master {self.master}; moments {self.moments}; grads {self.grads}"
+        return (f"{self.weights}; master {self.master}; moments {self.moments}; grads {self.grads}"
+                + (f"; {self.trade}" if self.trade else ""))
 
     def short(self) -> str:
-        """The recipe's name and where its master lives, for a table cell."""
-        return f"{self.name} ({'host' if self.master.startswith('fp32 on host') else 'device'})"
+        """The recipe's name and where its master lives, for a table cell; a trade marked."""
+        where = next(w for p, w in (("fp32 on host and device", "split"), ("fp32 on host", "host"), ("", "device"))
+                     if self.master.startswith(p))
+        return f"{self.name} ({where}{', stale updates' if self.trade else ''})"
 
     def to_dict(self) -> dict[str, str]:
         return {**asdict(self), "label": self.label(), "short": self.short()}
 
 
-def _place(mode: str) -> str:
+def _place(mode: str, offload_ratio: float | None) -> str:
+    if mode in SPLIT_MODES and (offload_ratio is None and mode == "streamed-split"
+                                or offload_ratio is not None and offload_ratio < 1):
+        return "host and device (split)"
     return "host" if mode in HOST_STATE_MODES else "device"
 
 
-def recipe(mode: str, dtype: str) -> Recipe:
-    """The recipe ``mode`` trains with at ``dtype`` (fp32 or bf16)."""
+def recipe(mode: str, dtype: str, offload_ratio: float | None = None) -> Recipe:
+    """The recipe ``mode`` trains with at ``dtype`` (fp32 or bf16); a split mode's at
+    ``offload_ratio`` (None: streamed-split split, deepspeed-zero3 all on the host)."""
     if mode not in BF16_GRADS:
         raise ValueError(f"unknown mode {mode!r}: allowed {', '.join(BF16_GRADS)}")
     if dtype not in ("fp32", "bf16"):
         raise ValueError(f"dtype {dtype!r}: allowed fp32 or bf16 (train_step's dtypes)")
-    where = _place(mode)
+    where = _place(mode, offload_ratio)
     master = f"fp32 on {where}" + (" (a copy)" if mode in MASTER_COPY_MODES else " (the weights)")
     if dtype == "fp32":
         grads = "fp32 on device" + (", copied to the host" if mode in HOST_GRAD_MODES else "")
-        return Recipe(FP32, "fp32 weights", master, f"fp32 on {where}", grads, REFERENCES[FP32])
+        return Recipe(FP32, "fp32 weights", master, f"fp32 on {where}", grads, REFERENCES[FP32], TRADES.get(mode))
     name = AMP if mode in AMP_MODES else MASTER
     weights = "fp32 weights + bf16 autocast" if name == AMP else "bf16 weights"
-    return Recipe(name, weights, master, f"fp32 on {where}", BF16_GRADS[mode], REFERENCES[name])
+    return Recipe(name, weights, master, f"fp32 on {where}", BF16_GRADS[mode], REFERENCES[name], TRADES.get(mode))
 
 
 def reference_mode(mode: str, dtype: str) -> str:

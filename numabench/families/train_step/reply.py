@@ -49,3 +49,7 @@ class TrainStepReply(SetupReply):
     # the process's pinned mappings per node (their share of ``numa_maps``, numastat -p's total)
     host_pinned_by_node: PlacementReport | None = None
     pinned_allocator_bytes: int | None = None  # torch's caching host allocator: pinned blocks it owns
+    # the split modes: the share of the optimizer state's elements on the host as the rank split it (the
+    # offload_ratio asked, auto resolved, rounded to whole parameters or DeepSpeed's sub-groups)
+    offload_ratio: float | None = None
+    zenflow: dict[str, Any] | None = None  # deepspeed-zenflow: the zenflow block DeepSpeed was given

@@ -24,6 +24,14 @@ Modes (``mode`` axis, each its own worker run):
   recipe; DDP only with more ranks.
 - ``torchao-offload``: torchao's ``CPUOffloadOptimizer`` (AdamW on the host, each
   gradient copied out as backward makes it); one rank. Needs CUDA and torchao.
+- ``deepspeed-zenflow``: ZeRO-2 + CPU offload + ZenFlow (configs.zenflow_block: the top-k gradient
+  columns stepped on the GPU every step, the rest by the CPU every update_interval steps in a process
+  of its own, overlapped). Needs deepspeed; runs on its CPU accelerator too.
+- ``streamed-split``: SplitAdamW (numabench.families.train_step.split_adamw): the leading parameters'
+  master and moments on the device, the rest streamed as in ``streamed``, split at the
+  ``offload_ratio`` knob (auto: the largest GPU share that fits the GPU's free memory, measured
+  before the model is made). ``deepspeed-zero3`` reads the same knob (DeepSpeed's
+  offload_optimizer.ratio, sub-groups of split.sub_group_size).
 
 ``Trainer`` is the model + wrapper + optimizer + step, shared with the
 torchrun entry point ``python -m numabench.tools.train_step_cli``.
@@ -130,7 +138,8 @@ class DeepSpeedTimers:
 
 class Trainer:
     def __init__(self, mode: str, model: str, dtype: str, batch: int, device, *, seed: int = 0,
-                 lr: float | None = None, data_seed: int = 0, place=None) -> None:
+                 lr: float | None = None, data_seed: int = 0, place=None, offload_ratio: float = 1.0,
+                 zenflow: dict | None = None) -> None:
         import torch
         import torch.distributed as dist
 
@@ -163,21 +172,69 @@ class Trainer:
         self.streamed = None  # StreamedAdamW (mode streamed)
         self.kernel_error = None  # streamed on a GPU: our kernel's max relative error against AdamW
         self._marks = None  # the last step's points: start, forward done, backward done, optimizer done
+        # the split modes: the share of the optimizer state's elements on the host, as split (1: all)
+        self.offload_ratio: float | None = None
+        self.zenflow = None  # deepspeed-zenflow: the zenflow block DeepSpeed was given
+        if mode != "deepspeed-zenflow" and zenflow is not None:
+            raise ValueError(f"a zenflow block for mode {mode}: allowed with deepspeed-zenflow only")
         if mode.startswith("deepspeed-"):
             if not self.cuda:  # DeepSpeed's CPU accelerator (gloo); read when deepspeed is first imported
                 os.environ.setdefault("DS_ACCELERATOR", "cpu")
             import deepspeed
 
-            from numabench.families.train_step.configs import deepspeed_config
+            from numabench.families.train_step.configs import deepspeed_config, param_sizes, zenflow_block
 
-            stage = int(mode.removeprefix("deepspeed-zero"))
+            stage = 2 if mode == "deepspeed-zenflow" else int(mode.removeprefix("deepspeed-zero"))
+            extra: dict = {}
+            if mode == "deepspeed-zenflow":
+                self.zenflow = extra["zenflow"] = zenflow if zenflow is not None else zenflow_block()
+            elif offload_ratio != 1:  # sub-groups small enough for the ratio to split the partition
+                from numabench.families.train_step import split
+
+                sizes = [-(-n // self.world) for n in param_sizes(self.cfg)]  # this rank's partition
+                size = split.sub_group_size(sizes)
+                extra = {"offload_ratio": offload_ratio, "sub_group_size": size}
+                self.offload_ratio = split.zero3_split(sizes, offload_ratio, size).offload_ratio
+            elif stage == 3:
+                self.offload_ratio = 1.0
             self.engine, self.opt, _, _ = deepspeed.initialize(
                 model=net, model_parameters=net.parameters(),
-                config=deepspeed_config(stage, batch, dtype, lr, pin_memory=self.cuda), dist_init_required=False)
+                config=deepspeed_config(stage, batch, dtype, lr, pin_memory=self.cuda, **extra),
+                dist_init_required=False)
             self.model = self.engine
             self.ds_timers = DeepSpeedTimers(self.engine.timers, self.engine, self._mark)
             where = "offloaded to the host (pinned)" if self.cuda else "on the host (DeepSpeed's CPU accelerator)"
             self.impl = f"DeepSpeed {deepspeed.__version__} ZeRO-{stage}, optimizer {where}"
+            if self.zenflow is not None:
+                self.impl += (f", ZenFlow (top {self.zenflow['topk_ratio']:g} of gradient columns on the GPU, the rest "
+                              f"every {self.zenflow['update_interval']} steps on the CPU)")
+            elif self.offload_ratio is not None and self.offload_ratio < 1:
+                self.impl += f", offload_optimizer.ratio {offload_ratio:g} ({self.offload_ratio:.3f} of the elements)"
+        elif mode == "streamed-split":
+            from numabench.families.train_step.split_adamw import SplitAdamW
+            from numabench.families.train_step.streamed import Hyper
+
+            net = net.to(self.device, dtype=torch.bfloat16 if bf16 else torch.float32)
+            if self.world > 1:  # DDP averages the gradients before the step; no updates during backward
+                from torch.nn.parallel import DistributedDataParallel as DDP
+
+                self.model = DDP(net, device_ids=[self.device.index] if self.cuda else None)
+            else:
+                self.model = net
+            self.opt = SplitAdamW(list(net.parameters()), Hyper(lr, BETAS, EPS, WEIGHT_DECAY), offload_ratio,
+                                  one_rank=self.world == 1, alloc="register" if self.cuda else "pageable", place=place)
+            self.streamed = self.opt.streamed  # None where nothing is streamed (offload_ratio 0)
+            self.offload_ratio = self.opt.offload_ratio
+            if self.cuda and self.streamed is not None:  # correct before timed, as the streamed mode's
+                from numabench.kernels import cuda_adam
+
+                self.kernel_error = cuda_adam.check_against_reference(self.device, torch.float32, 1 << 20 | 12345,
+                                                                      steps=3, adamw=True)
+            sp = self.opt.split
+            self.impl = (f"split AdamW: {sp.on_gpu} leading parameters ({1 - self.offload_ratio:.3f} of the elements) "
+                         "on the device as no-offload-master, the rest streamed"
+                         + (f" ({len(self.streamed.chunks)} chunks of <= {self.streamed.chunk} elements)"
+                            if self.streamed is not None else " (none)"))
         elif mode == "streamed":
             from numabench.families.train_step.streamed import Hyper, StreamedAdamW
 
@@ -417,6 +474,8 @@ class Trainer:
         keeps its own) and optimizer state, each once."""
         if self.streamed is not None:  # its flat host state: master weights and both moments
             return sorted(self.streamed.host_ranges())
+        if self.mode == "streamed-split":  # offload_ratio 0: nothing on the host
+            return []
         tensors = [_local(p.detach()) for p in self.model.parameters()]
         if self.engine is not None:
             tensors += deepspeed_host_tensors(self.opt)
@@ -557,7 +616,7 @@ class Worker(BaseWorker):
                           MASTER_ADDR=addr, MASTER_PORT=str(port))
         with self.setup_part("model"):
             self.trainer = tr = Trainer(self.mode, self.model_name, spec.dtype, spec.batch, device,
-                                        data_seed=rank, place=spec.place)
+                                        data_seed=rank, place=spec.place, **self._split_and_zenflow(device))
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         # Correct before timed: the loss on one fixed batch falls over the setup steps.
@@ -612,7 +671,30 @@ class Worker(BaseWorker):
             n_params=tr.n_params, tokens_per_step=tr.tokens_per_step, seq_len=tr.cfg.seq_len,
             batch_per_rank=tr.batch, impl=tr.impl, backend=dist.get_backend(),
             device_name=torch.cuda.get_device_name(device) if cuda else "cpu",
-            threads=torch.get_num_threads(), torch=torch.__version__)
+            threads=torch.get_num_threads(), torch=torch.__version__, offload_ratio=tr.offload_ratio,
+            zenflow=tr.zenflow)
+
+    def _split_and_zenflow(self, device) -> dict:
+        """The Trainer's offload_ratio (the knob; auto resolved from the GPU's free memory now, before
+        the model is made) and zenflow block (the knobs over the tutorial's), for the modes that read them."""
+        from numabench.families.train_step import memory
+
+        spec, out = self.spec, {}
+        if self.mode in memory.SPLIT_MODES:
+            free = None
+            if device.type == "cuda":
+                import torch
+
+                free = torch.cuda.mem_get_info(device)[0]
+            out["offload_ratio"] = memory.offload_ratio_of(self.mode, spec.knob("offload_ratio"), self.model_name,
+                                                           spec.batch, spec.dtype, free)
+        if self.mode == "deepspeed-zenflow":
+            from numabench.families.train_step.configs import zenflow_block
+
+            topk, interval = spec.knob("zenflow_topk"), spec.knob("zenflow_update_interval")
+            out["zenflow"] = zenflow_block(float(topk) if topk not in (None, "auto") else None,
+                                           int(interval) if interval not in (None, "auto") else None)
+        return out
 
     def _kind_report(self, tr: Trainer) -> list:
         """Each kind's pages under ``place`` after the set-up steps; DeepSpeed's kinds must still be
@@ -638,6 +720,8 @@ class Worker(BaseWorker):
 
         if self.trainer is not None and self.trainer.streamed is not None:
             self.trainer.streamed.release()
+        if self.trainer is not None and self.trainer.mode == "streamed-split":
+            self.trainer.opt.release()  # its device part's hooks (the streamed part's released again: a no-op)
         if self.rehomed is not None:
             self.rehomed.release()
         if dist.is_initialized():
