@@ -3,7 +3,10 @@ train there, from its bytes per parameter on the GPU and the host
 (numabench.families.train_step.memory), the memory the run's fits-in-memory checks counted
 (``numabench_memory``: the GPU's size, the host's) and the activations its largest measured model
 used (that row's peak GPU memory less its state), checked by the runs nearest to it: the
-largest model the mode trained and the smallest that ran out of memory.
+largest model the mode trained and the smallest that ran out of memory. A split mode
+(``streamed-split``, ``deepspeed-zero3``) is given at the offload_ratio that holds the largest model
+(memory.split_capacity: where its GPU and host limits meet), every split mode of the run's dtypes
+whether it ran or not.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ class CapacityRow:
     capacity: memory_model.Capacity
     largest_fit: ModeRow | None  # the largest model the mode trained
     smallest_oom: ModeRow | None  # the smallest model that ran out of memory
+    offload_ratio: float | None = None  # a split mode's: the share on the host at its capacity
 
 
 def capacity_rows(rows: list[ModeRow], run: dict) -> list[CapacityRow]:
@@ -36,22 +40,29 @@ def capacity_rows(rows: list[ModeRow], run: dict) -> list[CapacityRow]:
     if not gpus or not host:
         return []
     out = []
-    for mode, dtype in sorted({(r.mode, r.dtype) for r in rows if r.nprocess == 1}):
-        mine = [r for r in rows if (r.mode, r.dtype, r.nprocess) == (mode, dtype, 1) and r.n_params]
+    one_rank = [r for r in rows if r.nprocess == 1]
+    pairs = {(r.mode, r.dtype) for r in one_rank} | {(m, d) for m in memory_model.SPLIT_MODES
+                                                      for d in {r.dtype for r in one_rank}}
+    for mode, dtype in sorted(pairs):
+        mine = [r for r in one_rank if (r.mode, r.dtype) == (mode, dtype) and r.n_params]
         fit = [r for r in mine if r.step_ms is not None]
         oom = [r for r in mine if r.step_ms is None]
         largest = max(fit, key=lambda r: r.n_params, default=None)
-        g = memory_model.gpu_bytes_per_param(mode, dtype)
         act = 0.0
         if largest is not None and largest.peak_allocated:
-            act = max(0.0, largest.peak_allocated - g * largest.n_params)
+            act = max(0.0, largest.peak_allocated - largest.gpu_bytes_per_param * largest.n_params)
+        ratio = None
         try:
-            cap = memory_model.capacity(mode, dtype, min(gpus), host, act)
+            if mode in memory_model.SPLIT_MODES:
+                cap, ratio = memory_model.split_capacity(mode, dtype, min(gpus), host, act)
+            else:
+                cap = memory_model.capacity(mode, dtype, min(gpus), host, act)
         except ValueError:  # a mode that keeps nothing per parameter anywhere
             continue
-        out.append(CapacityRow(mode, dtype, g, memory_model.host_bytes_per_param(mode, dtype), act,
+        out.append(CapacityRow(mode, dtype, memory_model.gpu_bytes_per_param(mode, dtype, offload_ratio=ratio or 1.0),
+                               memory_model.host_bytes_per_param(mode, dtype, offload_ratio=ratio or 1.0), act,
                                largest.name if largest is not None and act else None, cap, largest,
-                               min(oom, key=lambda r: r.n_params, default=None)))
+                               min(oom, key=lambda r: r.n_params, default=None), ratio))
     return out
 
 
@@ -61,7 +72,7 @@ def _no_activations(r: CapacityRow) -> str:
     fit = r.largest_fit
     if fit is None or not fit.peak_allocated or not fit.n_params:
         return "not measured: 0"
-    state = r.gpu_bytes_per_param * fit.n_params
+    state = fit.gpu_bytes_per_param * fit.n_params
     return (f"0: the peak, {fit.peak_allocated / 2**30:.1f} GiB, is under the {state / 2**30:.1f} GiB of state "
             f"its {r.gpu_bytes_per_param:g} B/param model ({fit.name})")
 
@@ -76,7 +87,8 @@ def capacity_table(rows: list[CapacityRow], run: dict) -> str:
     head = (f"GPU {min(g for g in mem['gpu_bytes'] if g) / 2**30:.1f} GiB, host {mem['host_bytes'] / 2**30:.1f} GiB "
             f"({mem.get('host_source') or 'as counted'}); capacity = the smaller of (GPU x "
             f"{memory_model.USABLE_GPU_SHARE:.0%} - activations) / GPU B/param and host x "
-            f"{memory_model.USABLE_HOST_SHARE:.0%} / host B/param")
+            f"{memory_model.USABLE_HOST_SHARE:.0%} / host B/param; a split mode at the share on the host (r) "
+            "where its two limits meet")
     out = [head, "", "| mode | dtype | GPU B/param | host B/param | activations GiB (measured at) | capacity "
            "| limited by | largest model trained | smallest out of memory |",
            "|---|---|---:|---:|---|---:|---|---|---|"]
@@ -84,6 +96,7 @@ def capacity_table(rows: list[CapacityRow], run: dict) -> str:
         fit = f"{r.largest_fit.model} ({_b(r.largest_fit.n_params)})" if r.largest_fit else "-"
         oom = f"{r.smallest_oom.model} ({_b(r.smallest_oom.n_params)})" if r.smallest_oom else "-"
         act = f"{r.activations / 2**30:.1f} ({r.measured_at})" if r.measured_at else _no_activations(r)
-        out.append(f"| {r.mode} | {r.dtype} | {r.gpu_bytes_per_param:g} | {r.host_bytes_per_param:g} | {act} | "
+        mode = r.mode if r.offload_ratio is None else f"{r.mode} (r={r.offload_ratio:.2f})"
+        out.append(f"| {mode} | {r.dtype} | {r.gpu_bytes_per_param:g} | {r.host_bytes_per_param:g} | {act} | "
                    f"{_b(r.capacity.params)} | {r.capacity.limit} | {fit} | {oom} |")
     return "\n".join(out)

@@ -13,6 +13,11 @@ CPU-side optimizer's host-memory pass give at the rates the same runs measured
 (numabench.results.offload_limits); and the step over the step of the no-offload mode of the
 same recipe (same model, dtype, ranks and policy; the same CPU binding where measured, else the
 reference's ``node`` one: the reference keeps nothing on the host).
+
+A split mode's row (``streamed-split``, ``deepspeed-zero3`` under 1) is named with the share of the
+optimizer state it kept on the host (``r=``), a ZenFlow row with its top-k share and update interval,
+and ZenFlow's step is its mean over whole update intervals (the CPU's update lands in one step of
+each, which the median leaves out); its recipe is marked as trading stale updates.
 """
 from __future__ import annotations
 
@@ -64,13 +69,30 @@ class ModeRow:
     over_reference: float | None = None
     reference_policy: str | None = None  # the reference's policy (another one only on a one-node machine)
     reference_out_of_memory: bool = False
+    offload_ratio: float | None = None  # the split modes: the share of the optimizer state on the host
+    topk_ratio: float | None = None  # deepspeed-zenflow's settings
+    update_interval: int | None = None
 
     def key(self) -> tuple:
         return (self.model, self.dtype, self.nprocess, self.policy, self.cpu_bind)
 
     @property
+    def ratio(self) -> float:
+        return 1.0 if self.offload_ratio is None else self.offload_ratio
+
+    @property
+    def variant(self) -> str:
+        """The mode and its split or ZenFlow settings: what competes in "which offload wins"."""
+        if self.mode in memory_model.SPLIT_MODES and (self.mode == "streamed-split" or self.ratio < 1):
+            return f"{self.mode} r={self.ratio:.2f}"
+        if self.mode == "deepspeed-zenflow":
+            return (f"{self.mode} top {self.topk_ratio if self.topk_ratio is not None else '-'}, every "
+                    f"{self.update_interval if self.update_interval is not None else '-'}")
+        return self.mode
+
+    @property
     def recipe(self):
-        return recipe(self.mode, self.dtype)
+        return recipe(self.mode, self.dtype, self.ratio if self.mode in memory_model.SPLIT_MODES else None)
 
     @property
     def reference(self) -> str:
@@ -78,7 +100,10 @@ class ModeRow:
 
     @property
     def gpu_bytes_per_param(self) -> float:
-        return memory_model.gpu_bytes_per_param(self.mode, self.dtype, self.nprocess)
+        return memory_model.gpu_bytes_per_param(self.mode, self.dtype, self.nprocess, self.ratio, self.topk_ratio)
+
+    def traffic_settings(self) -> dict:
+        return {"offload_ratio": self.ratio, "update_interval": self.update_interval}
 
     @property
     def bound_ms(self) -> float | None:
@@ -106,19 +131,49 @@ def _first_dict(values) -> dict | None:
     return values[0] if isinstance(values, list) and values and isinstance(values[0], dict) else None
 
 
+def _float_or_none(v) -> float | None:
+    try:
+        return None if v in (None, "", "auto") else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _settings(x: dict) -> dict:
+    """A row's split and ZenFlow settings from its extra_info: the ratio it split at (else its knob),
+    ZenFlow's block (else its knobs, else the defaults)."""
+    mode = str(x.get("mode", "ddp"))
+    out: dict = {}
+    if mode in memory_model.SPLIT_MODES:
+        out["offload_ratio"] = _float_or_none(x.get("offload_ratio_used"))
+        if out["offload_ratio"] is None:
+            out["offload_ratio"] = _float_or_none(x.get("offload_ratio")) or (1.0 if mode == "deepspeed-zero3" else None)
+    if mode == "deepspeed-zenflow":
+        from numabench.families.train_step.configs import ZENFLOW_DEFAULTS
+
+        zen = x.get("zenflow") if isinstance(x.get("zenflow"), dict) else {}
+        topk = zen.get("topk_ratio", _float_or_none(x.get("zenflow_topk")) or ZENFLOW_DEFAULTS["topk_ratio"])
+        interval = zen.get("update_interval", _float_or_none(x.get("zenflow_update_interval"))
+                           or ZENFLOW_DEFAULTS["update_interval"])
+        out["topk_ratio"], out["update_interval"] = float(topk), int(interval)
+    return out
+
+
 def _measured_row(e, x: dict) -> ModeRow:
-    # from the entry's median (pooled over its invocations where several ran), like step ms
-    tokens_per_s = x["tokens_per_step"] / e.median_s if x.get("tokens_per_step") else x.get("tokens_per_s")
-    return ModeRow(
+    # from the entry's median (pooled over its invocations where several ran), like step ms; ZenFlow's
+    # mean over whole update intervals
+    step_ms = x.get("step_interval_mean_ms") or e.median_s * 1e3
+    tokens_per_s = x["tokens_per_step"] / (step_ms / 1e3) if x.get("tokens_per_step") else x.get("tokens_per_s")
+    row = ModeRow(
         e.name, str(x.get("mode", "ddp")), str(x.get("model", "")), str(e.axes["dtype"]), int(e.axes["nprocess"]),
-        str(e.axes["policy"]), str(x.get("cpu_bind", "")), e.median_s * 1e3, tokens_per_s,
+        str(e.axes["policy"]), str(x.get("cpu_bind", "")), step_ms, tokens_per_s,
         x.get("forward_ms"), x.get("backward_ms"), x.get("optimizer_ms"), x.get("cpu_adam_ms"),
-        x.get("gpu_idle_fraction_min"), x.get("gpu_idle_fraction"),
-        sum(pcie_bytes_by_direction(str(x.get("mode", "ddp")), str(e.axes["dtype"]))),  # the model the bounds use
+        x.get("gpu_idle_fraction_min"), x.get("gpu_idle_fraction"), None,
         x.get("n_params"), _max_or_none(x.get("mem_peak_per_rank_bytes")),
         _max_or_none(x.get("mem_peak_reserved_per_rank_bytes")),
         _first_dict(x.get("host_total_bytes_by_node_per_rank")) or {},
-        _first_dict(x.get("host_pinned_bytes_by_node_per_rank")))
+        _first_dict(x.get("host_pinned_bytes_by_node_per_rank")), **_settings(x))
+    row.pcie_bytes_per_param = sum(pcie_bytes_by_direction(row.mode, row.dtype, **row.traffic_settings()))
+    return row
 
 
 def _oom_row(record: dict) -> ModeRow:
@@ -127,7 +182,7 @@ def _oom_row(record: dict) -> ModeRow:
     return ModeRow(record.get("name", ""), str(x.get("mode", "ddp")), model, str(x.get("dtype")),
                    int(x.get("nprocess") or 1), str(x.get("policy")), str(x.get("cpu_bind", "")), None,
                    n_params=param_count(MODELS[model]) if model in MODELS else None,
-                   out_of_memory=record.get("message"), predicted=record.get("predicted"))
+                   out_of_memory=record.get("message"), predicted=record.get("predicted"), **_settings(x))
 
 
 def mode_rows(run: str | Path | dict) -> list[ModeRow]:
@@ -157,9 +212,9 @@ def _bound(row: ModeRow, es: list) -> None:
     if row.n_params is None or row.nprocess != 1:
         return
     rates = measured_rates(es, row.policy)
-    h2d, d2h = pcie_bytes_by_direction(row.mode, row.dtype)
+    h2d, d2h = pcie_bytes_by_direction(row.mode, row.dtype, **row.traffic_settings())
     pcie = pcie_bound_s(h2d * row.n_params, d2h * row.n_params, rates)
-    host_per_param = host_optimizer_bytes(row.mode, row.dtype)
+    host_per_param = host_optimizer_bytes(row.mode, row.dtype, **row.traffic_settings())
     host = host_bound_s(host_per_param * row.n_params if host_per_param else None, rates)
     row.pcie_bound_ms = None if pcie is None else pcie * 1e3
     row.host_bound_ms = None if host is None else host * 1e3
@@ -216,7 +271,7 @@ def modes_table(rows: list[ModeRow]) -> str:
         return "-" if v is None else fmt.format(v)
 
     for r in rows:
-        head = (f"| {r.mode} | {r.recipe.short()} | {r.model} | {r.dtype} | {r.nprocess} | {r.policy} | "
+        head = (f"| {r.variant} | {r.recipe.short()} | {r.model} | {r.dtype} | {r.nprocess} | {r.policy} | "
                 f"{r.cpu_bind or '-'} | ")
         if r.step_ms is None:
             out.append(head + f"out of memory{' (predicted)' if r.predicted else ''} | " + "- | " * 8
@@ -238,15 +293,16 @@ def modes_table(rows: list[ModeRow]) -> str:
 
 
 def recipe_notes(rows: list[ModeRow]) -> list[str]:
-    """One line per mode and dtype in ``rows``: its whole recipe and its reference."""
-    seen = sorted({(r.mode, r.dtype) for r in rows})
-    return [f"{mode} ({dtype}): {recipe(mode, dtype).label()}; judged against {recipe(mode, dtype).reference}"
-            for mode, dtype in seen]
+    """One line per mode and dtype in ``rows``: its whole recipe (what it trades, where it trades
+    anything) and its reference."""
+    seen = {(r.variant, r.dtype): r for r in rows}
+    return [f"{variant} ({dtype}): {r.recipe.label()}; judged against {r.reference}"
+            for (variant, dtype), r in sorted(seen.items())]
 
 
 def out_of_memory_notes(rows: list[ModeRow]) -> list[str]:
     """One line per case that ran out of memory: what it needed (as predicted) and what it met."""
-    return [f"{r.mode}, {r.model} {r.dtype}, policy {r.policy}: " + (f"predicted: {r.predicted}; " if r.predicted
+    return [f"{r.variant}, {r.model} {r.dtype}, policy {r.policy}: " + (f"predicted: {r.predicted}; " if r.predicted
                                                                      else "not predicted; ")
             + f"met: {r.out_of_memory}" for r in rows if r.step_ms is None]
 
@@ -264,18 +320,22 @@ def winner_sentences(rows: list[ModeRow]) -> list[str]:
             oom.setdefault(group, set()).add(r.mode)
             continue
         best = groups.setdefault(group, {})
-        if r.mode not in best or r.step_ms < best[r.mode].step_ms:
-            best[r.mode] = r
+        if r.variant not in best or r.step_ms < best[r.variant].step_ms:
+            best[r.variant] = r
     out = []
     for group, best in sorted(groups.items()):
         model, dtype, nprocess, policy = group
-        offload = sorted((r for m, r in best.items() if m not in ON_DEVICE_MODES), key=lambda r: r.step_ms)
+        offload = sorted((r for r in best.values() if r.mode not in ON_DEVICE_MODES), key=lambda r: r.step_ms)
         if len(offload) < 2:
             continue
         win, nxt = offload[0], offload[1]
-        text = (f"{model} {dtype}, {nprocess} rank{'s' if nprocess > 1 else ''}, policy {policy}: {win.mode} wins "
-                f"({win.step_ms:.1f} ms a step, cpu_bind {win.cpu_bind or '-'}; {win.recipe.name}), "
-                f"{nxt.step_ms / win.step_ms:.2f}x faster than the next, {nxt.mode} ({nxt.step_ms:.1f} ms)")
+        memory = (f", {_gib(win.peak_allocated)} GiB GPU peak" if win.peak_allocated else "") + (
+            f", {_gib(sum(win.host_total_by_node.values()))} GiB host" if win.host_total_by_node else "")
+        text = (f"{model} {dtype}, {nprocess} rank{'s' if nprocess > 1 else ''}, policy {policy}: {win.variant} wins "
+                f"({win.step_ms:.1f} ms a step, cpu_bind {win.cpu_bind or '-'}; {win.recipe.name}{memory}), "
+                f"{nxt.step_ms / win.step_ms:.2f}x faster than the next, {nxt.variant} ({nxt.step_ms:.1f} ms)")
+        if win.recipe.trade:
+            text += f"; {win.mode} is {win.recipe.trade}"
         if win.over_reference is not None:
             under = f", policy {win.reference_policy}" if win.reference_policy != win.policy else ""
             text += (f"; {win.over_reference:.2f}x the step of {win.reference} ({win.reference_ms:.1f} ms{under}), "

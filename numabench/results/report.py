@@ -125,7 +125,11 @@ MODES_LEGEND = (
     "host_membw's adam_pattern rate; x (forward + bound): the step over forward plus the larger bound, which "
     "is named (near 1: the mode is at that limit); x same-recipe no-offload: the step over the step of the "
     "no-offload mode that trains the same recipe (same model, dtype, ranks and policy; on a machine of one NUMA "
-    "node another policy's where the row's own is missing, named in brackets).")
+    "node another policy's where the row's own is missing, named in brackets). mode: a split mode with the share "
+    "of its optimizer state on the host (r=), ZenFlow with its top-k share and update interval; ZenFlow's step "
+    "is its mean over whole update intervals, and its recipe says \"stale updates\": it is not the same "
+    "optimizer (the other columns are stepped once per interval from gradients summed since), so its ratio to "
+    "the reference is not a like-for-like cost.")
 
 
 def offload_section(run: dict, modes: list) -> list[str]:
@@ -150,11 +154,32 @@ def offload_section(run: dict, modes: list) -> list[str]:
     caps = capacity_rows(modes, run)
     if caps:
         out += ["Capacity of each mode on this machine (one rank):", "", capacity_table(caps, run), ""]
+        out += _split_only_lines(modes, run)
     wins = winner_sentences(modes)
     if wins:
         key = (run.get("machine_info") or {}).get("numabench", {}).get("hardware_key", "this machine")
         out += [f"Which offload wins on {key}:", ""] + [f"- {w}" for w in wins] + [""]
     return out
+
+
+def _split_only_lines(modes: list, run: dict) -> list[str]:
+    """The models only a GPU/host split holds on this machine (one sequence, the rows' dtype) and each
+    mode's predicted outcome at the smallest of them, from the capacity model."""
+    from numabench.results.offload_predict import predict, prediction_table, split_only_models
+
+    mem = memory_outcomes.memory_of(run) or {}
+    gpus = [g for g in mem.get("gpu_bytes") or [] if g]
+    dtypes = sorted({r.dtype for r in modes if r.nprocess == 1})
+    if not gpus or not mem.get("host_bytes") or not dtypes:
+        return []
+    dtype = "bf16" if "bf16" in dtypes else dtypes[0]
+    names = split_only_models(1, dtype, min(gpus), mem["host_bytes"])
+    if not names:
+        return [f"No model of the family needs a split on this machine ({dtype}, one sequence): each fits "
+                "on the GPU or whole on the host, or none fits at all.", ""]
+    return [f"Models only a GPU/host split holds here ({dtype}, one sequence): {', '.join(names)}; predicted "
+            f"per mode for {names[0]} (the capacity model, before any run):", "",
+            prediction_table(predict(names[0], 1, dtype, min(gpus), mem["host_bytes"])), ""]
 
 
 def _report(run: dict, paths: list, run_path, tables: list, family: str | None, where: dict | None,
