@@ -377,6 +377,7 @@ def rejudge_session(ns: argparse.Namespace) -> int:
     """numabench ab --rejudge SESSION: a kept session's verdicts again, nothing measured."""
     from numabench.ab.formats import render_as, to_json
     from numabench.ab.rejudge import rejudge
+    from numabench.results import storage
 
     measuring = [o for o, given in (("BASE", ns.base is not None), ("pytest arguments", bool(ns.pytest_args)),
                                     ("--session-json", ns.session_json), ("--base-env", ns.base_env),
@@ -395,13 +396,9 @@ def rejudge_session(ns: argparse.Namespace) -> int:
                          "--pair-ratio, "
                          "--format, --json)")
     try:
-        run = json.loads(Path(ns.rejudge).read_text())
-    except OSError as e:
-        raise UsageError(f"--rejudge {ns.rejudge}: {e.strerror}: allowed the JSON numabench ab --session-json kept") \
-            from None
-    except ValueError as e:
-        raise UsageError(f"--rejudge {ns.rejudge}: not JSON ({e}): allowed the JSON numabench ab --session-json "
-                         "kept") from None
+        run = storage.load_run(ns.rejudge)  # a kept session is a run file: the run files' schema checks it
+    except UsageError as e:
+        raise UsageError(f"--rejudge: {e}: allowed the JSON numabench ab --session-json kept") from None
     settings = ab_settings.from_namespace(ns)  # --pairs: each entry's first this many; not given: every pair
     res = rejudge(run, ns.rejudge, pairs=None if ns.pairs is None else settings.pairs,
                   threshold_pct=settings.threshold, confidence=settings.confidence, coarsest_pct=settings.coarsest,

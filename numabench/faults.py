@@ -90,6 +90,16 @@ def parse(text: str) -> list[Fault]:
     return out
 
 
+def check_ranks(found: list[Fault], most_ranks: int) -> None:
+    """UsageError where a fault names a rank that no selected case has (``most_ranks``: the largest
+    nprocess among them): it would never fire, and the test that set it would pass unfaulted."""
+    for f in found:
+        if f.rank is not None and f.rank >= most_ranks:
+            raise UsageError(f"{FAULT_ENV}: fault {str(f)!r} names rank {f.rank}, but the selected cases have "
+                             f"ranks 0..{most_ranks - 1} at most (nprocess up to {most_ranks}): allowed a rank "
+                             "below the largest nprocess selected, or no :rankN (every rank)")
+
+
 def from_env(env: dict[str, str] | None = None) -> list[Fault]:
     return parse((os.environ if env is None else env).get(FAULT_ENV, ""))
 

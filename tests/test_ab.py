@@ -305,7 +305,7 @@ def test_a_vm_whose_memory_grew_while_measuring_is_named(repo, monkeypatch, tota
     assert again.mem_total_gib == totals
     data = to_json(res)
     data["mem_total_gib"] = [5.6]
-    with pytest.raises(ValueError, match=r"mem_total_gib \[5.6\]: allowed \[GiB when the measuring began"):
+    with pytest.raises(ValueError, match=r"mem_total_gib is \[5.6\]: allowed \[GiB when the measuring began"):
         from_json(data)
     data["mem_total_gib"] = None  # not read, or saved before it was
     assert from_json(data).mem_total_gib is None
@@ -380,7 +380,7 @@ def test_each_row_keeps_where_each_sides_workers_ran_pair_by_pair():
     again = {r.fullname: r for r in from_json(data).rows}
     assert again[A].head_cpus == [[3], [5], [7]] and again[B].base_cpus is None
     data["entries"][0]["base_cpus"] = [["x"]]
-    with pytest.raises(ValueError, match=r"CPUs per pair \[\['x'\]\]: allowed a list per pair"):
+    with pytest.raises(ValueError, match=r"base_cpus\[0\]\[0\] is \"x\": allowed a list per pair of a CPU"):
         from_json(data)
 
 

@@ -223,7 +223,7 @@ def test_json_round_trips_and_holds_the_run():
         from_json({**timed, "timings_s": {"total": 1.0}})
     with pytest.raises(ValueError, match="schema"):
         from_json({"schema": "other"})
-    with pytest.raises(ValueError, match="not an A/B run"):
+    with pytest.raises(ValueError, match=r"^the A/B JSON: entries\[0\] \(x\) verdict is missing: required \(and 5 more"):
         from_json({**data, "entries": [{"name": "x"}]})
 
 

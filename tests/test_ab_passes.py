@@ -396,5 +396,5 @@ def test_a_session_kept_with_its_run_record_is_named_as_the_run_was(tmp_path, re
     assert [(r.fullname, r.verdict) for r in again.rows] == [(r.fullname, r.verdict) for r in res.rows]
     text = render_text(again)
     assert f"base: HEAD~1 ({res.base.commit[:12]})" in text and "numabench-ab-" not in text
-    with pytest.raises(UsageError, match=f"s.json's {RUN_KEY}: not an A/B run"):
+    with pytest.raises(UsageError, match=f"s.json's {RUN_KEY}: base.label is missing: required"):
         rejudge({**run, RUN_KEY: {**run[RUN_KEY], "base": {}}}, "s.json")

@@ -186,6 +186,27 @@ def test_a_malformed_fault_stops_the_run_before_any_worker(text, tmp_path):
     assert not out_json.exists() and not list(tmpdir.iterdir())
 
 
+def test_a_fault_on_a_rank_no_case_has_stops_the_run(tmp_path):
+    """kill@step1:rank99 where the selected cases run one rank would never fire (the run passed
+    unfaulted): exit 4 after collection, one error line naming the rank and the ranks there are;
+    no case run."""
+    out_json = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_touch.py", "-p", "no:cacheprovider", "-q",
+                           "--numa-policies=default", "--param-sizes=1M", "--nprocess=1", "--numa-rounds=2",
+                           f"--benchmark-json={out_json}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, faults.FAULT_ENV: "kill@step1:rank99"})
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("ERROR") or "Traceback" in ln]
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR and len(lines) == 1, proc.stdout + proc.stderr
+    assert "no tests ran" in proc.stdout + proc.stderr
+    assert lines[0] == ("ERROR: NUMABENCH_FAULT: fault 'kill@step1:rank99' names rank 99, but the selected cases have "
+                        "ranks 0..0 at most (nprocess up to 1): allowed a rank below the largest nprocess selected, or "
+                        "no :rankN (every rank)"), lines[0]
+    assert not out_json.exists()
+    with pytest.raises(UsageError, match="names rank 2"):
+        faults.check_ranks(faults.parse("raise@setup|kill@step1:rank2"), 2)
+    faults.check_ranks(faults.parse("raise@setup|kill@step1:rank1"), 2)  # rank 1 of a 2-rank case: fires
+
+
 def test_fault_grammar():
     assert faults.parse("kill@step3:rank1|raise@setup|hang@step|oom@setup") == [
         faults.Fault("kill", "step", 3, 1), faults.Fault("raise", "setup"), faults.Fault("hang", "step"),

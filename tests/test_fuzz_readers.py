@@ -3,9 +3,7 @@ node-list and duration parsers, the A/B session's --numa-ab items, the run-file 
 saved A/B run's reader. Any input ends in a result or the project's one error (UsageError, or
 the ValueError the A/B reader names its file with), never another exception, each within a time
 bound. Seeded (derandomize) and a short budget, so a run finds the same inputs every time.
-
-Not here yet: the commands that trust what the run-file reader accepted (report, compare,
-publish, advise), which need one declared schema at that reader first (docs/RELIABILITY.md)."""
+The commands that trust what the readers accepted: tests/test_fuzz_commands.py."""
 from __future__ import annotations
 
 import json

@@ -75,12 +75,14 @@ def test_a_missing_benchmarks_key_is_refused(tmp_path):
         storage.load_run(f, baseline_for="compare")
 
 
-def test_entries_must_be_objects_and_a_baseline_needs_what_compare_reads(tmp_path):
-    f = write(tmp_path / "run.json", {"benchmarks": [{"name": "a", "extra_info": []}]})
-    with pytest.raises(UsageError, match=r"benchmarks\[0\] is \{\"extra_info\": \[\]\}: allowed a JSON object"):
+def test_entries_must_be_objects_and_every_reader_gets_what_compare_reads(tmp_path):
+    f = write(tmp_path / "run.json", {"benchmarks": [{"fullname": "t::a", "stats": {"median": 1.0}, "extra_info": []}]})
+    with pytest.raises(UsageError, match=r"benchmarks\[0\] \(t::a\) extra_info is \[\]: allowed a JSON object$"):
         storage.load_run(f)
     g = write(tmp_path / "plain.json", {"benchmarks": [{"name": "a"}]})
-    assert storage.load_run(g)["benchmarks"] == [{"name": "a"}]  # a report needs no stats
+    # a report, a merge or a publish reads the same fields a compare does: no entry without them
+    with pytest.raises(UsageError, match=r"benchmarks\[0\] \(a\) fullname is missing: required \(and 1 more problem\)"):
+        storage.load_run(g)
     with pytest.raises(UsageError, match="'fullname' and 'stats' in each entry"):
         storage.load_run(g, baseline_for="--benchmark-compare")
 

@@ -20,8 +20,8 @@ from numabench.gate import formats
 from numabench.gate.formats import Renderers, escape_data, escape_property, format_table
 from numabench.ab.run import TIMINGS, ABResult, ABRow, Side
 from numabench.gate.pairs import INTERVAL, PAIR_RATIOS, UNRESOLVED, pairs_to_resolve
+from numabench.ab.schema import SCHEMA, verdicts_problem
 
-SCHEMA = "numabench-ab/1"  # the JSON's "schema": docs/GATE.md describes it
 RUN_KEY = "numabench_ab"  # a kept session's record of how its A/B ran (run_record)
 COUNT_ORDER = (SLOWER, FASTER, SAME, UNRESOLVED)
 HEADER = ("benchmark", "ratio", "interval", "resolution %", "verdict", "base ms", "head ms")
@@ -371,6 +371,9 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise ValueError(f"{source}: schema {found!r}: allowed {SCHEMA!r} (what numabench ab --json writes)")
+    wrong = verdicts_problem(data)  # the declared shape (ab/schema.py): past here the fields are trusted
+    if wrong:
+        raise ValueError(f"{source}: {wrong}")
     try:
         def side(d: dict) -> Side:
             return Side(str(d["label"]), d["commit"], None, dict(d.get("env") or {}))  # type: ignore[arg-type]

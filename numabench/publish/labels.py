@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from numabench.cases import format_size
-from numabench.results.tables import BASE_AXES, family_extra_axes
+from numabench.families import BASE_AXES, family_extra_axes
 
 UNKNOWN_KEY = "unknown-hardware-key"
 # Axes that vary inside one chart or table group; the rest name the group.

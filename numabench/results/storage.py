@@ -3,10 +3,10 @@ started at once cannot corrupt.
 
 ``load_run`` reads one run file (a pytest-benchmark JSON: saved, --benchmark-json, merged or
 imported from the seed's CSV) and checks it, so every command refuses a broken one with the
-same one-line error naming the file: not JSON, nested deeper than MAX_JSON_DEPTH (which would
-exhaust the stack), not a run, or an entry whose timings are corrupt (NaN, infinite, zero,
-negative or not a number, in stats, stats.data or the invocation medians: a gate would judge
-nothing and call it "no data", a report print ``nan``); ``run_files`` lists a folder's saved runs
+same one-line error naming the file: not a regular file, not UTF-8, not JSON, nested deeper
+than MAX_JSON_DEPTH (which would exhaust the stack), not a run, or not of the declared shape
+(``numabench.results.run_schema``: the error names the field's path, its value and what is
+allowed, e.g. a timing that is NaN, zero or text, an entry held twice); ``run_files`` lists a folder's saved runs
 (NNNN_name.json) in order and ``newest_run`` finds a storage's last good one. compare,
 report, advise, history, fleet push, merge, the window, publish and the plan's progress
 estimate all read through these.
@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import re
 from pathlib import Path
@@ -44,7 +43,7 @@ from pytest_benchmark.storage.file import FileStorage
 from pytest_benchmark.utils import safe_dumps
 
 from numabench.errors import UsageError
-from numabench.gate.invocations import INVOCATION_MEDIANS
+from numabench.results.run_schema import validate_run
 
 MAX_TRIES = 1000
 
@@ -172,52 +171,6 @@ def loads_json(text: str, where: str) -> Any:
     return json.loads(text)
 
 
-# Timings a run entry holds (seconds): each a finite number > 0, or absent. stddev and iqr may be 0.
-TIMING_STATS = ("min", "max", "mean", "median", "q1", "q3", "ld15iqr", "hd15iqr", "total", "ops")
-SPREAD_STATS = ("stddev", "iqr")
-ALLOWED_TIMING = "allowed a finite number of seconds > 0 (a corrupt or hand-edited run: re-save it or delete it)"
-
-
-def _bad_number(value: Any, zero_ok: bool = False) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return True
-    return not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok)
-
-
-def check_timings(benches: list, where: str) -> None:
-    """Refuse the first entry whose timings are corrupt (NaN, infinite, zero, negative, or not
-    a number) in stats, stats.data or extra_info's invocation medians, naming it: a gate, a
-    report or a merge fed such a value would judge, show or pool nothing real."""
-    for i, b in enumerate(benches):
-        stats = b.get("stats")
-        extra = b.get("extra_info") or {}
-        entry = f"benchmarks[{i}] ({b.get('fullname') or b.get('name') or '?'})"
-        if stats is not None and not isinstance(stats, dict):
-            raise UsageError(f"{where}: {entry} stats is {json.dumps(stats)[:40]}: allowed pytest-benchmark's stats "
-                             "object")
-        stats = stats or {}
-        fields = [(f"stats.{k}", stats[k], k in SPREAD_STATS) for k in (*TIMING_STATS, *SPREAD_STATS)
-                  if k in stats and stats[k] is not None]
-        for field_name, values in (("stats.data", stats.get("data")),
-                                   (f"extra_info.{INVOCATION_MEDIANS}", extra.get(INVOCATION_MEDIANS))):
-            if values is None:
-                continue
-            if not isinstance(values, list):
-                raise UsageError(f"{where}: {entry} {field_name} is {json.dumps(values)[:40]}: allowed a list of "
-                                 "seconds")
-            fields += [(f"{field_name}[{j}]", v, False) for j, v in enumerate(values)]
-        for field_name, value, zero_ok in fields:
-            if _bad_number(value, zero_ok):
-                shown = json.dumps(value)[:40]  # NaN, Infinity, -0.01, "0.01"
-                allowed = ALLOWED_TIMING.replace("> 0", ">= 0") if zero_ok else ALLOWED_TIMING
-                raise UsageError(f"{where}: {entry} {field_name} is {shown}: {allowed}")
-        for count in ("rounds", "iterations"):  # counts, not times: whole and >= 1 (a negative one was kept)
-            value = stats.get(count)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9):
-                raise UsageError(f"{where}: {entry} stats.{count} is {json.dumps(value)[:40]}: allowed a whole number "
-                                 "from 1")
-
-
 def run_from_text(text: str, name: str | Path, *, baseline_for: str | None = None) -> dict[str, Any]:
     """A run file's content (read from disk by ``load_run``, or from git) checked as ``load_run``
     checks it; ``name`` is what its errors call it (a path, or a path at a commit)."""
@@ -235,20 +188,9 @@ def run_from_text(text: str, name: str | Path, *, baseline_for: str | None = Non
                              "'fullname' and 'stats' in each entry)")
     elif not isinstance(benches, list):
         raise UsageError(f"{where} has no 'benchmarks' list: not a pytest-benchmark JSON")
-    for i, b in enumerate(benches):
-        if not isinstance(b, dict) or not isinstance(b.get("extra_info", {}), dict):
-            what = b if not isinstance(b, dict) else {"extra_info": b["extra_info"]}
-            raise UsageError(f"{where}: benchmarks[{i}] is {json.dumps(what)[:60]}: allowed a JSON object "
-                             "(with an extra_info object): not a pytest-benchmark JSON")
-    seen: dict[str, int] = {}
-    for i, b in enumerate(benches):
-        name = b.get("fullname")
-        if isinstance(name, str) and name in seen:  # pooled, compared and merged twice over: a copy, not a run
-            raise UsageError(f"{where}: benchmarks[{i}] {name!r} is benchmarks[{seen[name]}] again: allowed each "
-                             "entry once")
-        if isinstance(name, str):
-            seen[name] = i
-    check_timings(benches, where)
+    problem = validate_run(data)  # the declared shape (results/run_schema.py): past here the code trusts it
+    if problem:
+        raise UsageError(f"{where}: {problem}")
     return data
 
 

@@ -10,7 +10,6 @@ extra axes: impl/schedule, kernel), cells "median ± std" in ms with GB/s.
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -20,10 +19,8 @@ from numabench.cases import KNOB_DEFAULT, format_size
 from numabench.errors import UsageError
 from numabench.results import storage
 from numabench.gate.invocations import invocation_medians
+from numabench.families import BASE_AXES, family_extra_axes, family_knobs
 
-BASE_AXES = ("nprocess", "numel", "dtype", "policy")
-# a family's extra axes where its module cannot say (e.g. an imported seed CSV's family)
-FALLBACK_EXTRA_AXES = ("impl", "schedule", "kernel")
 AXIS_TITLES = {"nprocess": "np", "numel": "size"}  # others are titled by their own name
 PHASE_ORDER = ("h2d", "compute", "d2h", "step", "time", "write")
 
@@ -75,30 +72,6 @@ class Entry:
 
     def get(self, axis: str):
         return self.axes.get(axis)
-
-
-@functools.lru_cache(maxsize=None)
-def family_extra_axes(key: str) -> tuple[str, ...]:
-    """The family's extra axes (impl, method, binding, ...) in the order it declares them, then its
-    knobs (chunk_numel, place, ...: an entry carries one where it is not at auto)."""
-    from numabench.families import family
-
-    try:
-        fam = family(key)
-    except (KeyError, ImportError):
-        return FALLBACK_EXTRA_AXES
-    return tuple(fam.extra_axes) + tuple(fam.knobs)
-
-
-@functools.lru_cache(maxsize=None)
-def family_knobs(key: str) -> tuple[str, ...]:
-    """The family's knobs: an entry without one ran it at ``auto`` (left out of ids and entries)."""
-    from numabench.families import family
-
-    try:
-        return tuple(family(key).knobs)
-    except (KeyError, ImportError):
-        return ()
 
 
 def known_axes() -> tuple[str, ...]:
@@ -412,6 +385,8 @@ def adam_offload_table(path: str | Path | dict, policy: str | None = None) -> st
         x = b["extra_info"]
         if x.get("family") != "adam_offload" or (policy and x["policy"] != policy):
             continue
+        if not isinstance(x.get("impl"), str) or not isinstance(x.get("schedule"), str) or "GBps" not in x:
+            continue  # an imported seed row: not a row of this table (it has no impl, schedule or rate)
         key = (x["nprocess"], x["numel"], x["dtype"], x["policy"], x["impl"], x["schedule"])
         rows[key][x["phase"]] = {"ms": _median_ms(b), **x}
     out = ["| np | size | dtype | policy | impl | schedule | H2D ms (GB/s, % pinned) | compute ms (GB/s, % D2D) "

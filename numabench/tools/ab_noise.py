@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from numabench.ab.noise import session_spreads, table
+from numabench.errors import UsageError
+from numabench.results import storage
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,8 +20,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in paths:
         try:
-            spreads = session_spreads(json.loads(Path(path).read_text()))
-        except (OSError, ValueError) as e:
+            spreads = session_spreads(storage.load_run(path))
+        except (UsageError, ValueError) as e:
             print(f"ab_noise: {path}: {e}", file=sys.stderr)
             return 2
         print(f"{path}: {len(spreads)} entries with both sides' rounds")
