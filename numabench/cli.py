@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 from typing import NoReturn, Sequence
 
+from numabench import bounds
 from numabench.errors import NumabenchError, UsageError, WriteError
 from numabench.interrupts import Stopped, put_back, restore_interrupts, stop_on_signals
 from numabench.redact import redact_text
@@ -144,10 +145,9 @@ def cmd_topo(ns: argparse.Namespace) -> int:
 def cmd_first_touch(ns: argparse.Namespace) -> int:
     from numabench.machine.first_touch import GIB, first_touch, render_first_touch
 
-    most = 2 ** 20  # GiB: a PiB, beyond any host's memory (1e30 overflowed)
+    most = int(bounds.BOUNDS["first_touch_gib"].high)  # GiB: a PiB, beyond any host's memory (1e30 overflowed)
     for option, value in (("--gib", ns.gib), ("--chunk-gib", ns.chunk_gib)):
-        if not 0 < value <= most:
-            raise UsageError(f"{option} {value:g}: allowed a number > 0, at most {most}")
+        bounds.check("first_touch_gib", value, f"{option} {value:g}")
     for option, value in (("--floor-gib", ns.floor_gib), ("--wait-s", ns.wait_s)):
         if not 0 <= value <= most:
             raise UsageError(f"{option} {value:g}: allowed a number >= 0, at most {most}")

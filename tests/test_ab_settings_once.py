@@ -114,7 +114,7 @@ def test_the_session_items_read_back_as_the_settings_they_came_from():
     (["max_pairs=3"], "--numa-ab: allowed with base=CHECKOUT"),
     (["base=/x", "pairs=3"], "--numa-ab 'pairs=3': allowed KEY=VALUE with KEY one of base, pair, runs_of"),
     (["base=/x", "confirm_pairs=1"], "--numa-ab confirm_pairs=1: allowed 0 (no confirming pairs) or a whole"),
-    (["base=/x", "threshold=abc"], "--numa-ab threshold=abc: allowed a percentage >= 0"),
+    (["base=/x", "threshold=abc"], "--numa-ab threshold=abc: allowed a number from 0% to 100%"),
     (["base=/x", "rewarm=maybe"], "--numa-ab rewarm=maybe: allowed 1 or 0"),
     (["base=/x", "base_env=X"], "--numa-ab base_env=X: allowed NAME=VALUE"),
 ])

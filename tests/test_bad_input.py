@@ -56,8 +56,8 @@ BAD = [
     pytest.param("--param-sizes=12x", "bad size '12x' in '12x': allowed are positive element counts", id="size-junk"),
     pytest.param("--dtypes=fp8", "unknown dtype 'fp8': allowed fp32, fp16, bf16", id="unknown-dtype"),
     pytest.param("--nprocess=0", "bad nprocess list '0': allowed positive integers", id="nprocess-0"),
-    pytest.param("--numa-rounds=0", "--numa-rounds=0: allowed an integer from 1 to 100000", id="rounds-0"),
-    pytest.param("--numa-timeout=-1", "--numa-timeout=-1.0: allowed a positive finite number", id="timeout-negative"),
+    pytest.param("--numa-rounds=0", "--numa-rounds=0: allowed a whole number from 1 to 100000 rounds", id="rounds-0"),
+    pytest.param("--numa-timeout=-1", "--numa-timeout=-1.0: allowed a number > 0 and at most 604800 seconds", id="timeout-negative"),
 ]
 
 

@@ -55,8 +55,8 @@ CLI = [
     ("compare-coarsest-word", "compare {d}/run.json {d}/run.json --coarsest=xyz", "'xyz'"),
     ("compare-three-runs", "compare {d}/run.json {d}/run.json {d}/run.json", "got 3 runs"),
     # values that would switch the gate off, or run for ever, are refused
-    ("compare-coarsest-0", "compare {d}/run.json {d}/run.json --coarsest=0", "--coarsest 0: allowed a percentage > 0"),
-    ("compare-coarsest-0pct", "compare {d}/run.json {d}/run.json --coarsest=0%", "--coarsest 0%: allowed a percentage > 0"),
+    ("compare-coarsest-0", "compare {d}/run.json {d}/run.json --coarsest=0", "--coarsest 0: allowed a number > 0% and at most 10000%"),
+    ("compare-coarsest-0pct", "compare {d}/run.json {d}/run.json --coarsest=0%", "--coarsest 0%: allowed a number > 0% and at most 10000%"),
     ("ab-pairs-huge", "ab HEAD --pairs 1e20", "--pairs 1e20: allowed 2 or more"),
     ("plan-ab-pairs-huge", "plan --ab-pairs 1e20 benchmarks", "--ab-pairs 1e20: allowed an integer >= 2"),
     ("learn-window-url", "learn {d}/run.json --window http://u:PW@host:1/w", "--window http://u:***@host:1/w: a URL"),
@@ -102,9 +102,9 @@ CLI = [
     ("build-kernel", "build nosuch", "nosuch"),
     ("ab-pairs", "ab HEAD --pairs 0", "--pairs 0"),
     ("ab-env", "ab HEAD --base-env FOO", "'FOO'"),
-    ("ab-confidence", "ab HEAD --confidence 2", "--confidence 2: allowed a number between 0 and 1"),
-    ("ab-coarsest-0", "ab HEAD --coarsest 0%", "--coarsest 0%: allowed a percentage > 0"),
-    ("ab-coarsest-word", "ab HEAD --coarsest abc", "--coarsest abc: allowed a percentage > 0"),
+    ("ab-confidence", "ab HEAD --confidence 2", "--confidence 2: allowed a number > 0 and below 1"),
+    ("ab-coarsest-0", "ab HEAD --coarsest 0%", "--coarsest 0%: allowed a number > 0% and at most 10000%"),
+    ("ab-coarsest-word", "ab HEAD --coarsest abc", "--coarsest abc: allowed a number > 0% and at most 10000%"),
     ("ab-format", "ab HEAD --format html", "'html'"),
     ("ab-no-base", "ab", "ab needs BASE"),
     ("ab-json-no-folder", "ab HEAD --json {d}/nodir/ab.json", "--json {d}/nodir/ab.json: {d}/nodir is not a folder"),
@@ -152,10 +152,10 @@ PYTEST = [
     ("launcher", "--numa-launcher=x", "--numa-launcher=x"),
     ("gate-threshold", "--numa-gate-threshold=abc", "'abc'"),
     ("gate-coarsest", "--numa-gate-coarsest=-1%", "'-1%'"),
-    ("gate-coarsest-0", "--numa-gate-coarsest=0", "--numa-gate-coarsest=0: allowed a percentage > 0"),
-    ("warmup-huge", "--numa-warmup=100000000000000000000", "allowed an integer from 0 to 10000"),
-    ("rounds-huge", "--numa-rounds=1000001", "allowed an integer from 1 to 100000"),
-    ("tolerance-huge", "--numa-tolerance=1000", "--numa-tolerance=1000.0: allowed percentage points from 0 to 100"),
+    ("gate-coarsest-0", "--numa-gate-coarsest=0", "--numa-gate-coarsest=0: allowed a number > 0% and at most 10000%"),
+    ("warmup-huge", "--numa-warmup=100000000000000000000", "allowed a whole number from 0 to 10000 rounds"),
+    ("rounds-huge", "--numa-rounds=1000001", "allowed a whole number from 1 to 100000 rounds"),
+    ("tolerance-huge", "--numa-tolerance=1000", "--numa-tolerance=1000.0: allowed a number from 0 to 100 percentage points"),
     ("benchmark-compare", "--benchmark-compare=9999", "'9999'"),
     ("benchmark-json-no-folder", "--benchmark-json={d}/nodir/x.json", "{d}/nodir/x.json"),
     ("benchmark-json-a-folder", "--benchmark-json={d}/dir", "{d}/dir"),
@@ -239,7 +239,7 @@ def test_a_malformed_injected_slowdown_is_a_usage_error_not_every_case_s_failure
                          env={**os.environ, "NUMABENCH_INJECT_SLOWDOWN": value})
     lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
     assert out.returncode == 4 and lines == [f"ERROR: NUMABENCH_INJECT_SLOWDOWN={value!r}: allowed a number from 1 "
-                                             "to 100, e.g. 1.05 for 5% slower"], out.stdout + out.stderr
+                                             "to 100 times, e.g. 1.05 for 5% slower"], out.stdout + out.stderr
 
 
 def test_a_run_holding_an_entry_twice_or_a_fifo_is_refused(files, tmp_path):
@@ -257,9 +257,9 @@ def test_a_run_holding_an_entry_twice_or_a_fifo_is_refused(files, tmp_path):
 
 
 @pytest.mark.parametrize("name, value, text", [
-    ("NUMABENCH_BUILD_TIMEOUT_S", "abc", "NUMABENCH_BUILD_TIMEOUT_S='abc': allowed a number of seconds > 0"),
-    ("NUMABENCH_BUILD_TIMEOUT_S", "0", "NUMABENCH_BUILD_TIMEOUT_S='0': allowed a number of seconds > 0"),
-    ("NUMABENCH_BUILD_TIMEOUT_S", "-5", "NUMABENCH_BUILD_TIMEOUT_S='-5': allowed a number of seconds > 0"),
+    ("NUMABENCH_BUILD_TIMEOUT_S", "abc", "NUMABENCH_BUILD_TIMEOUT_S='abc': allowed a number > 0 and at most 86400 seconds"),
+    ("NUMABENCH_BUILD_TIMEOUT_S", "0", "NUMABENCH_BUILD_TIMEOUT_S='0': allowed a number > 0 and at most 86400 seconds"),
+    ("NUMABENCH_BUILD_TIMEOUT_S", "-5", "NUMABENCH_BUILD_TIMEOUT_S='-5': allowed a number > 0 and at most 86400 seconds"),
     ("NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S", "abc", "NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S='abc': allowed a number"),
 ], ids=["build-word", "build-0", "build-negative", "weights-lock-word"])
 def test_a_time_limit_that_is_no_number_of_seconds_is_a_usage_error_at_once(name, value, text):
@@ -278,7 +278,7 @@ def test_a_time_limit_that_is_no_number_of_seconds_is_a_usage_error_at_once(name
 def test_first_touch_of_more_than_any_host_holds_is_refused():
     out = subprocess.run([sys.executable, "-m", "numabench", "first-touch", "--gib", "1e30"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and out.stderr.strip() == "numabench: --gib 1e+30: allowed a number > 0, at most 1048576"
+    assert out.returncode == 2 and out.stderr.strip() == "numabench: --gib 1e+30: allowed a number > 0 and at most 1048576 GiB"
 
 
 @pytest.mark.parametrize("rounds", [-3, 0, 2.5, "5", True])

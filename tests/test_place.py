@@ -127,7 +127,7 @@ def test_skips_name_the_kind_or_node_the_case_lacks():
     assert "allocator torch (pin_memory) places a buffer under one policy" in reason(
         "adam_offload", "budget:1G:0:3", impl=["ours"], schedule=["serial"], alloc=["torch"])
     assert reason("train_step", "master:bind:3", mode=["ddp"], model=["tiny"], cpu_bind=["node"]).startswith(
-        "place=master:bind:3 places the host state of modes streamed, deepspeed-zero2, deepspeed-zero3")
+        "place=master:bind:3 places the host state of modes streamed, streamed-split, deepspeed-zero2, deepspeed-zero3")
     assert "grads, which this train_step case does not keep" in reason(
         "train_step", "grads:bind:3", mode=["streamed"], model=["tiny"], cpu_bind=["node"])
 

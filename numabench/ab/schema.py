@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from numabench.ab.settings import MOST_PAIRS
+from numabench.bounds import MOST_PAIRS
 from numabench.gate.pairs import AB_VERDICTS, FASTER, SLOWER
 from numabench.results.run_schema import MAX_TEXT, HardwareKey, Seconds, problem
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -17,7 +16,9 @@ from typing import Any, Callable, Sequence
 from numabench.errors import UsageError
 from numabench.gate.band import DEFAULT_COARSEST_PCT
 from numabench.gate.pairs import MIN_PAIRS
-from numabench.gate.rule import parse_threshold
+from numabench import bounds
+from numabench.bounds import MOST_PAIRS
+from numabench.gate.rule import parse_pct
 from numabench.numerals import decimal, integer
 
 INTERLEAVE = ("rounds", "invocations")  # how base and head take turns (numabench.ab.run)
@@ -26,7 +27,6 @@ WORKERS = ("forked", "exec")  # rounds mode: workers forked from a server per si
 SESSION_OPTION = "--numa-ab"  # the head's session's one A/B option: KEY=VALUE, repeatable
 
 
-MOST_PAIRS = 1000  # more pairs than any A/B can take in a day: a typo, not a setting
 
 
 def _whole(option: str, least: int, allowed: str, zero: bool = False, most: int = MOST_PAIRS) -> Callable[[str], int]:
@@ -45,12 +45,10 @@ def _whole(option: str, least: int, allowed: str, zero: bool = False, most: int 
 def _pct(option: str, example: str, positive: bool) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
-            value = parse_threshold(str(text))
+            value = parse_pct(str(text))
         except UsageError:
             value = -1.0
-        if not (value > 0 if positive else value >= 0) or not math.isfinite(value):
-            raise UsageError(f"{option} {text}: allowed a percentage {'> 0' if positive else '>= 0'}, e.g. {example}")
-        return value
+        return bounds.check("coarsest" if positive else "threshold", value, f"{option} {text}")
     return parse
 
 
@@ -60,9 +58,7 @@ def _fraction(option: str) -> Callable[[str], float]:
             value = decimal(str(text))
         except ValueError:
             value = -1.0
-        if not 0 < value < 1:
-            raise UsageError(f"{option} {text}: allowed a number between 0 and 1, e.g. 0.95")
-        return value
+        return bounds.check("confidence", value, f"{option} {text}")
     return parse
 
 

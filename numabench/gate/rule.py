@@ -35,6 +35,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from numabench import bounds
 from numabench.errors import UsageError
 from numabench.numerals import decimal
 from numabench.machine.hwkey import run_hardware_key
@@ -66,24 +67,27 @@ class ForeignHardwareError(UsageError):
     """The two runs were measured on different hardware."""
 
 
-def parse_threshold(text: str | float) -> float:
-    """'5%' or '5' -> 5.0 (percent)."""
+def parse_pct(text: str | float) -> float:
+    """'5%' or '5' -> 5.0 (percent), any number; UsageError where it is none."""
     raw = str(text).strip()
     try:
-        value = decimal(raw[:-1] if raw.endswith("%") else raw)
+        return decimal(raw[:-1] if raw.endswith("%") else raw)
     except ValueError:
         raise UsageError(f"bad threshold {text!r}: write a percentage, e.g. 3% or 2.5") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise UsageError(f"bad threshold {text!r}: must be a percentage >= 0")
-    return value
+
+
+def parse_threshold(text: str | float) -> float:
+    """A threshold: '5%' or '5' -> 5.0 (percent), in its range (numabench.bounds)."""
+    return bounds.check("threshold", parse_pct(text), f"threshold {text!r}")
 
 
 def parse_positive_pct(text: str | float, option: str, example: str = "3%") -> float:
-    """A percentage > 0 for ``option`` ('10%' or '10' -> 10.0); UsageError naming the option."""
-    value = parse_threshold(text)
-    if value <= 0:
-        raise UsageError(f"{option} {text}: allowed a percentage > 0, e.g. {example}")
-    return value
+    """A coarsest band or resolution for ``option`` ('10%' or '10' -> 10.0), in its range."""
+    try:
+        value = parse_pct(text)
+    except UsageError:  # not a percentage at all: the option's range, the text as written
+        raise UsageError(f"{option} {text!r}: allowed {bounds.BOUNDS['coarsest'].allowed()}") from None
+    return bounds.check("coarsest", value, f"{option} {text}")
 
 
 def judge(band: Band, value: float, threshold_pct: float) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from numabench import bounds
 from numabench.errors import BuildError, UsageError
 from numabench.interrupts import stops_held
 from numabench.kernels import built
@@ -47,9 +48,7 @@ def build_timeout_s() -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not 0 < value < float("inf"):
-        raise UsageError(f"{BUILD_TIMEOUT_ENV}={text!r}: allowed a number of seconds > 0, e.g. 900")
-    return value
+    return bounds.check("build_timeout", value, f"{BUILD_TIMEOUT_ENV}={text!r}")
 
 
 try:

@@ -39,6 +39,7 @@ import warnings
 from pathlib import Path
 from typing import Mapping
 
+from numabench import bounds
 from numabench.errors import UsageError
 from numabench.machine.weights_sysfs import (
     NODE_SYSFS,
@@ -61,9 +62,7 @@ def lock_timeout_s() -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value >= 0:
-        raise UsageError(f"NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S={text!r}: allowed a number of seconds >= 0")
-    return value
+    return bounds.check("lock_timeout", value, f"NUMABENCH_WEIGHTS_LOCK_TIMEOUT_S={text!r}")
 
 
 def lock_path(weights_dir: Path = WEIGHTS_DIR) -> Path:

@@ -24,6 +24,8 @@ import statistics
 import time
 from typing import Any, Mapping
 
+from numabench import bounds
+
 SLOWDOWN_ENV = "NUMABENCH_INJECT_SLOWDOWN"
 CPU_SPIN_NS = 300_000  # a CPU pad's last part, spun: time.sleep overshoots by ~0.1 ms
 TYPICAL_OF_LAST = 15  # a serial GPU phase's pad: (F - 1) times the median of its last this many rounds
@@ -39,8 +41,8 @@ def slowdown_factor(env: Mapping[str, str] | None = None) -> float:
         factor = float(text)
     except ValueError:
         factor = 0.0
-    if not factor >= 1.0 or factor > 100:
-        raise ValueError(f"{SLOWDOWN_ENV}={text!r}: allowed a number from 1 to 100, e.g. 1.05 for 5% slower")
+    if not bounds.BOUNDS["slowdown"].holds(factor):
+        raise ValueError(f"{SLOWDOWN_ENV}={text!r}: allowed {bounds.BOUNDS['slowdown'].allowed()}")
     return factor
 
 

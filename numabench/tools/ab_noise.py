@@ -3,9 +3,7 @@ kept A/B session comes from, within a pair (round to round) or between pairs, an
 resolution other numbers of pairs and rounds would give (numabench.ab.noise)."""
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 from numabench.ab.noise import session_spreads, table
 from numabench.errors import UsageError
