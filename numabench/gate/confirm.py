@@ -19,7 +19,7 @@ from numabench.errors import UsageError
 from numabench.gate.band import GateRule
 from numabench.gate.invocations import run_machine
 from numabench.gate.pool import pool_by_variant, pool_invocations
-from numabench.gate.rule import SLOWER, CompareResult, Row, confirm, judge_entry, parse_threshold
+from numabench.gate.rule import SLOWER, CompareResult, Row, confirm, judge_entry, parse_positive_pct, parse_threshold
 from numabench.gate.table import gate_record
 from numabench.machine.hwkey import run_hardware_key
 
@@ -79,7 +79,7 @@ def gate_of_baseline(baseline_path: str, baseline_run: dict[str, Any], threshold
                      coarsest: str | float, confirm_invocations: int, machine: str | None) -> Gate:
     """The session's gate against ``baseline_run``; UsageError (one line) for a bad threshold."""
     try:
-        rule = GateRule(parse_threshold(threshold), parse_threshold(coarsest))
+        rule = GateRule(parse_threshold(threshold), parse_positive_pct(coarsest, "--numa-gate-coarsest"))
     except UsageError as e:
         raise UsageError(f"--numa-gate-threshold/--numa-gate-coarsest: {e}") from None
     return Gate(baseline_path, baseline_run, rule, confirm_invocations, machine)
