@@ -214,13 +214,7 @@ class Trainer:
             from numabench.families.train_step.split_adamw import SplitAdamW
             from numabench.families.train_step.streamed import Hyper
 
-            net = net.to(self.device, dtype=torch.bfloat16 if bf16 else torch.float32)
-            if self.world > 1:  # DDP averages the gradients before the step; no updates during backward
-                from torch.nn.parallel import DistributedDataParallel as DDP
-
-                self.model = DDP(net, device_ids=[self.device.index] if self.cuda else None)
-            else:
-                self.model = net
+            net = self._working_weights(net, bf16)
             self.opt = SplitAdamW(list(net.parameters()), Hyper(lr, BETAS, EPS, WEIGHT_DECAY), offload_ratio,
                                   one_rank=self.world == 1, alloc="register" if self.cuda else "pageable", place=place)
             self.streamed = self.opt.streamed  # None where nothing is streamed (offload_ratio 0)
@@ -240,13 +234,7 @@ class Trainer:
 
             # bf16: the GPU holds bf16 working weights, the host the fp32 master (mixed precision as
             # DeepSpeed's); fp32: fp32 weights on both sides
-            net = net.to(self.device, dtype=torch.bfloat16 if bf16 else torch.float32)
-            if self.world > 1:  # DDP averages the gradients before the step; no updates during backward
-                from torch.nn.parallel import DistributedDataParallel as DDP
-
-                self.model = DDP(net, device_ids=[self.device.index] if self.cuda else None)
-            else:
-                self.model = net
+            net = self._working_weights(net, bf16)
             # one rank: chunks start from the post-accumulate-grad hooks during backward (under DDP
             # the hooks would fire before the gradients are averaged)
             self.streamed = StreamedAdamW(list(net.parameters()), Hyper(lr, BETAS, EPS, WEIGHT_DECAY),
@@ -267,13 +255,7 @@ class Trainer:
 
             # the streamed mode's recipe with all its state on the device: bf16 working weights, an fp32
             # master copy, fp32 moments and gradient (fp32: an fp32 master copy of fp32 weights)
-            net = net.to(self.device, dtype=torch.bfloat16 if bf16 else torch.float32)
-            if self.world > 1:  # DDP averages the gradients; they are widened after backward
-                from torch.nn.parallel import DistributedDataParallel as DDP
-
-                self.model = DDP(net, device_ids=[self.device.index] if self.cuda else None)
-            else:
-                self.model = net
+            net = self._working_weights(net, bf16)
             self.opt = MasterAdamW(list(net.parameters()), Hyper(lr, BETAS, EPS, WEIGHT_DECAY),
                                    widen_in_backward=self.world == 1)
             self.impl = (f"{'bf16' if bf16 else 'fp32'} weights, fp32 master, gradient and moments on the device, "
@@ -337,6 +319,21 @@ class Trainer:
         self.pool = [torch.randint(0, self.cfg.vocab, (batch, self.cfg.seq_len + 1), generator=g).to(self.device)
                      for _ in range(POOL)]
         self.k = 0
+
+    def _working_weights(self, net, bf16: bool):
+        """``net`` on the device in the working dtype (bf16 or fp32), as self.model: under DDP where
+        there are several ranks (it averages the gradients before the step: no updates during
+        backward, a widening only after it)."""
+        import torch
+
+        net = net.to(self.device, dtype=torch.bfloat16 if bf16 else torch.float32)
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.model = DDP(net, device_ids=[self.device.index] if self.cuda else None)
+        else:
+            self.model = net
+        return net
 
     @property
     def tokens_per_step(self) -> int:
