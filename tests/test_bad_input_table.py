@@ -151,7 +151,7 @@ PYTEST = [
     ("tier", "--numa-tier=huge", "--numa-tier=huge"),
     ("launcher", "--numa-launcher=x", "--numa-launcher=x"),
     ("gate-threshold", "--numa-gate-threshold=abc", "'abc'"),
-    ("gate-coarsest", "--numa-gate-coarsest=-1%", "'-1%'"),
+    ("gate-coarsest", "--numa-gate-coarsest=-1%", "--numa-gate-coarsest=-1%: allowed a number > 0%"),
     ("gate-coarsest-0", "--numa-gate-coarsest=0", "--numa-gate-coarsest=0: allowed a number > 0% and at most 10000%"),
     ("warmup-huge", "--numa-warmup=100000000000000000000", "allowed a whole number from 0 to 10000 rounds"),
     ("rounds-huge", "--numa-rounds=1000001", "allowed a whole number from 1 to 100000 rounds"),
