@@ -4,7 +4,7 @@ entries), checked where one is read (``ab.formats.from_json``: ``ab --show``, ``
 record, ``publish``). The kept session itself is a run file: results/run_schema.py.
 
 Past the check, from_json trusts the fields: counts are whole and bounded (pairs up to
-ab.settings.MOST_PAIRS), percentages, ratios and seconds finite and in range, verdicts and leans
+numabench.bounds.MOST_PAIRS), percentages, ratios and seconds finite and in range, verdicts and leans
 from their lists, a signal a signal's name. Same library and message form as the run files.
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 import signal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from numabench.bounds import MOST_PAIRS
 from numabench.gate.pairs import AB_VERDICTS, FASTER, SLOWER
-from numabench.results.run_schema import MAX_TEXT, HardwareKey, Seconds, problem
+from numabench.results.run_schema import Cpu, HardwareKey, Seconds, Text, OpenObject, first_problem
 
 SCHEMA = "numabench-ab/1"  # the JSON's "schema": docs/GATE.md describes it
 
@@ -24,23 +24,17 @@ Pairs = Annotated[int, Field(ge=0, le=MOST_PAIRS)]
 Ratio = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
 Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
 Probability = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
-Text = Annotated[str, Field(max_length=MAX_TEXT)]
 Two = Annotated[list[Ratio], Field(min_length=2, max_length=2)]  # [low, high]; [before, after]
-Cpu = Annotated[int, Field(ge=0, le=1 << 20)] | None
 SignalName = Literal[tuple(s.name for s in signal.Signals)]  # type: ignore[valid-type]
 
 
-class _Open(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")
-
-
-class Side(_Open):
+class Side(OpenObject):
     label: Text
     commit: Text | None
     env: dict[str, Text] | None = None
 
 
-class Entry(_Open):
+class Entry(OpenObject):
     name: Text
     fullname: Text | None = None
     verdict: Literal[AB_VERDICTS]  # type: ignore[valid-type]
@@ -57,7 +51,7 @@ class Entry(_Open):
     head_cpus: list[list[Cpu]] | None = None
 
 
-class Verdicts(_Open):
+class Verdicts(OpenObject):
     schema_: Literal[SCHEMA] = Field(alias="schema")  # type: ignore[valid-type]
     base: Side
     head: Side
@@ -107,11 +101,5 @@ AB_FIELD_RULES = {
 def verdicts_problem(data: Any) -> str | None:
     """None where ``data`` has the verdict file's declared shape; else its first problem in one
     line (the field's path, its value, what is allowed), with how many more there are."""
-    try:
-        Verdicts.model_validate(data)
-    except ValidationError as e:
-        errors = e.errors(include_url=False)
-        more = len({tuple(err["loc"]) for err in errors}) - 1
-        return problem(errors[0], data, AB_FIELD_RULES, entries="entries") + (f" (and {more} more problem{'s' * (more > 1)})" if more > 0 else "")
-    return None
+    return first_problem(Verdicts, data, AB_FIELD_RULES, entries="entries")
 

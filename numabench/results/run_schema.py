@@ -54,13 +54,13 @@ HardwareKey = Annotated[str, Field(pattern=f"^{KEY_PATTERN.pattern}$")]
 ABSENT: Any = None
 
 
-class _Open(BaseModel):
+class OpenObject(BaseModel):
     """An object whose other fields are kept unchecked; the declared ones are typed strictly
     (no "1" for 1)."""
     model_config = ConfigDict(strict=True, extra="allow")
 
 
-class Stats(_Open):
+class Stats(OpenObject):
     # pytest-benchmark's order: the first problem reported is the first in the file
     min: Seconds = ABSENT
     max: Seconds = ABSENT
@@ -79,7 +79,7 @@ class Stats(_Open):
     data: list[Seconds] = ABSENT
 
 
-class Placement(_Open):
+class Placement(OpenObject):
     rank: Annotated[int, Field(ge=0, le=MAX_NPROCESS)] = ABSENT
     policy: Text = ABSENT
     ok: bool = ABSENT
@@ -89,7 +89,7 @@ class Placement(_Open):
 Cpu = Annotated[int, Field(ge=0, le=1 << 20)] | None  # a rank's CPU, or null where not recorded
 
 
-class ABBase(_Open):
+class ABBase(OpenObject):
     """extra_info.ab_base of a kept A/B session (numabench ab --session-json): the base side's
     measurements of each pair, beside the head's in the entry itself."""
     invocation_medians_s: list[Seconds] = ABSENT
@@ -101,7 +101,7 @@ class ABBase(_Open):
     run: Text = ABSENT
 
 
-class ExtraInfo(_Open):
+class ExtraInfo(OpenObject):
     family: Text = ABSENT
     phase: Text = ABSENT
     nprocess: Annotated[int, Field(ge=1, le=MAX_NPROCESS)] = ABSENT
@@ -156,7 +156,7 @@ def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (str, bool, int)) and (not isinstance(value, str) or len(value) <= MAX_TEXT)
 
 
-class Entry(_Open):
+class Entry(OpenObject):
     fullname: Text
     name: Text = ABSENT
     group: Text | None = None
@@ -167,12 +167,12 @@ class Entry(_Open):
     options: dict[str, Any] | None = None
 
 
-class NodeRecord(_Open):
+class NodeRecord(OpenObject):
     id: Annotated[int, Field(ge=0)] = ABSENT
     cpuless: bool = ABSENT
 
 
-class NumabenchMachine(_Open):
+class NumabenchMachine(OpenObject):
     """machine_info.numabench: what fixtures/ recorded of the machine (machine/hwkey.py)."""
     hardware_key: HardwareKey = ABSENT
     machine_instance: Text = ABSENT
@@ -188,36 +188,36 @@ class NumabenchMachine(_Open):
     import_warnings: list[Text] = ABSENT
 
 
-class MachineInfo(_Open):
+class MachineInfo(OpenObject):
     node: Text = ABSENT
     numabench: NumabenchMachine = ABSENT
 
 
-class CommitInfo(_Open):
+class CommitInfo(OpenObject):
     id: Text = ABSENT
 
 
-class MemoryRecord(_Open):
+class MemoryRecord(OpenObject):
     fullname: Text = ABSENT
     name: Text = ABSENT
     extra_info: dict[str, Any]
 
 
-class MemoryOutcomes(_Open):
+class MemoryOutcomes(OpenObject):
     host_bytes: Annotated[int, Field(ge=0)] = ABSENT
     host_source: Text = ABSENT
     gpu_bytes: list[Annotated[int, Field(ge=0)]] = ABSENT
     out_of_memory: list[MemoryRecord] = ABSENT
 
 
-class MergedFrom(_Open):
+class MergedFrom(OpenObject):
     file: Text = ABSENT
     datetime: Text = ABSENT
     commit: Text = ABSENT
     merged_from: list["MergedFrom"] = ABSENT
 
 
-class RunFile(_Open):
+class RunFile(OpenObject):
     benchmarks: list[Entry]
     machine_info: MachineInfo = Field(default_factory=MachineInfo)
     commit_info: CommitInfo | None = None
@@ -325,13 +325,20 @@ def problem(error: dict, data: Any = None, field_rules: dict[str, str] | None = 
     return f"{path} is {shown}: {_allowed(error, RUN_FIELD_RULES if field_rules is None else field_rules)}"
 
 
-def validate_run(data: Any) -> str | None:
-    """None where ``data`` (a parsed run file) has the declared shape; else its first problem
-    in one line, with how many more there are."""
+def first_problem(model: type[BaseModel], data: Any, field_rules: dict[str, str] | None = None,
+                  entries: str = "benchmarks") -> str | None:
+    """None where ``data`` has ``model``'s declared shape; else its first problem in one line
+    (``problem``), with how many more fields have one."""
     try:
-        RunFile.model_validate(data)
+        model.model_validate(data)
     except ValidationError as e:
         errors = e.errors(include_url=False)
         more = len({field_path(err["loc"]) for err in errors}) - 1
-        return problem(errors[0], data) + (f" (and {more} more problem{'s' * (more > 1)})" if more > 0 else "")
+        return problem(errors[0], data, field_rules, entries) + (
+            f" (and {more} more problem{'s' * (more > 1)})" if more > 0 else "")
     return None
+
+
+def validate_run(data: Any) -> str | None:
+    """None where ``data`` (a parsed run file) has the declared shape; else its first problem."""
+    return first_problem(RunFile, data)
