@@ -57,6 +57,7 @@ class Bound:
 
 
 DAY_S = 86_400.0
+MIN_PAIRS = 2  # an interval needs two pairs
 MOST_PAIRS = 1000  # more pairs than any A/B can take in a day: a typo, not a setting
 
 BOUNDS: dict[str, Bound] = {
@@ -74,7 +75,7 @@ BOUNDS: dict[str, Bound] = {
     # a resolution (an interval's relative half-width): a few noisy pairs can be wider than 100%
     "coarsest": Bound(0, 10_000, "%", low_open=True, example="10%"),
     "confidence": Bound(0, 1, low_open=True, high_open=True, example="0.95"),
-    "pairs": Bound(2, MOST_PAIRS, "pairs", whole=True),
+    "pairs": Bound(MIN_PAIRS, MOST_PAIRS, "pairs", whole=True),
     # time limits and factors read from the environment
     "build_timeout": Bound(0, DAY_S, "seconds", low_open=True, example="900"),
     "lock_timeout": Bound(0, DAY_S, "seconds", example="1800"),

@@ -459,15 +459,12 @@ def cmd_plan(ns: argparse.Namespace) -> int:
 
 
 def parse_ab_pairs(text: str, option: str = "--ab-pairs") -> int:
-    """--ab-pairs (or ``option``): an integer from 2 (an interval needs two pairs) to numabench ab's most."""
+    """--ab-pairs (or ``option``): numabench ab's pairs, in their range (numabench.bounds)."""
     try:
         pairs = integer(text)
     except ValueError:
         pairs = 0
-    if not 2 <= pairs <= ab_settings.MOST_PAIRS:
-        raise UsageError(f"{option} {text}: allowed an integer >= 2 (pairs of invocations of numabench ab), at most "
-                         f"{ab_settings.MOST_PAIRS}")
-    return pairs
+    return int(bounds.check("pairs", pairs, f"{option} {text}"))
 
 
 def plan_list(ns: argparse.Namespace) -> int:

@@ -66,7 +66,7 @@ def test_bad_input_ends_at_once_and_leaves_no_stale_verdict(tmp_path):
     results.mkdir()
     (results / "verdicts.json").write_text("{}")
     out = gate_job(tmp_path, *SELECTION, NUMABENCH_AB_BASE="HEAD", NUMABENCH_AB_ARGS="--pairs 1")
-    assert out.returncode == 2 and "--pairs 1: allowed 2 or more" in out.stdout, out.stdout + out.stderr
+    assert out.returncode == 2 and "--pairs 1: allowed a whole number from 2 to 1000 pairs" in out.stdout, out.stdout + out.stderr
     assert not (results / "verdicts.json").exists() and not (tmp_path / "summary").exists()
     out = gate_job(tmp_path, *SELECTION, NUMABENCH_AB_BASE="no-such-revision-38")
     assert out.returncode == 2 and "no-such-revision-38" in out.stdout, out.stdout + out.stderr

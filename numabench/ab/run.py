@@ -52,6 +52,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import psutil
 
+from numabench import bounds
 from numabench.errors import UsageError
 from numabench.interrupts import stops_held
 from numabench.kernels.builder_tree import live_descendants
@@ -588,10 +589,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     ``session_json``: where to keep
     the rounds mode's session (its pytest-benchmark JSON: both sides' medians and each run's costs,
     for time plans)."""
-    if pairs < 2:
-        raise UsageError(f"--pairs {pairs}: allowed 2 or more (an interval needs several pairs)")
-    if not 0 < confidence < 1:
-        raise UsageError(f"--confidence {confidence}: allowed a number between 0 and 1, e.g. 0.95")
+    bounds.check("pairs", pairs, f"--pairs {pairs}")
+    bounds.check("confidence", confidence, f"--confidence {confidence}")
     confirm_confidence = confirm_confidence_of(confidence, confirm_confidence)
     if interleave not in INTERLEAVE:
         raise UsageError(f"--interleave {interleave}: allowed {', '.join(INTERLEAVE)}")

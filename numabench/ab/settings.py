@@ -15,7 +15,6 @@ from typing import Any, Callable, Sequence
 
 from numabench.errors import UsageError
 from numabench.gate.band import DEFAULT_COARSEST_PCT
-from numabench.gate.pairs import MIN_PAIRS
 from numabench import bounds
 from numabench.bounds import MOST_PAIRS
 from numabench.gate.rule import parse_pct
@@ -39,6 +38,17 @@ def _whole(option: str, least: int, allowed: str, zero: bool = False, most: int 
         if not ((least <= value <= most) or (zero and value == 0)):
             raise UsageError(f"{option} {text}: allowed {allowed}")
         return value
+    return parse
+
+
+def _bounded(option: str, setting: str) -> Callable[[str], int]:
+    """A whole number for ``option`` in the range numabench.bounds declares for ``setting``."""
+    def parse(text: str) -> int:
+        try:
+            value = integer(str(text))
+        except ValueError:
+            value = -1
+        return int(bounds.check(setting, value, f"{option} {text}"))
     return parse
 
 
@@ -137,8 +147,7 @@ class ABSettings:
     the others (:meth:`resolved` decides it)."""
     pairs: int = _setting(
         3, "pairs", "base/head pairs: fresh workers of both sides per pair; with --rejudge: judge each entry's "
-        "first this many (default there: every pair it has)", _whole("--pairs", MIN_PAIRS, "2 or more (an interval "
-                                                                     "needs several pairs), at most 1000"), metavar="N")
+        "first this many (default there: every pair it has)", _bounded("--pairs", "pairs"), metavar="N")
     max_pairs: int = _setting(
         0, "max-pairs", "rounds mode: a worker run whose first --pairs pairs are too spread for its entries to reach "
         "--target-resolution runs as many further pairs as that needs, up to M in all (Stein's two-stage rule; 0: "

@@ -64,11 +64,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from numabench.bounds import MIN_PAIRS
 from numabench.gate.rule import FASTER, SAME, SLOWER
 
 UNRESOLVED = "unresolved"
 AB_VERDICTS = (SLOWER, FASTER, UNRESOLVED, SAME)
-MIN_PAIRS = 2
 INTERVAL = "t on log pair ratios"
 # what each pair's ratio head/base is (module docstring): of the rounds mode's rounds, or of medians
 PAIR_RATIOS = {"rounds": "median of its round-by-round ratios", "medians": "ratio of its medians"}
