@@ -281,3 +281,21 @@ def test_runs_whose_only_cases_ran_out_of_memory_merge_and_a_copy_of_one_is_refu
     copy.write_text(paths[1].read_text())
     with pytest.raises(UsageError, match="same run|same entries"):
         merge_runs([*paths, copy])
+
+
+def test_a_split_that_kept_everything_on_the_gpu_is_named_but_not_ranked_as_an_offload():
+    """streamed-split at auto on a model that fits the GPU runs at share 0 (nothing on the host): it is
+    no-offload-master's arithmetic, so ranking it first among the offloads would hide the real answer."""
+    def split(ratio, median_s, cpu_bind):
+        return ts("streamed-split", median_s, model="small", cpu_bind=cpu_bind, offload_ratio_used=ratio)
+
+    data = run(ts("no-offload-master", 0.0712, model="small"), ts("streamed", 0.0760, model="small"),
+               ts("deepspeed-zero2", 0.1831, model="small"), split(0.0, 0.0704, "node"),
+               split(0.76, 0.0705, "rank-cores"))
+    rows = mode_rows(data)
+    assert {r.variant for r in rows} >= {"streamed-split r=0.00", "streamed-split r=0.76"}
+    [sentence] = winner_sentences(rows)
+    assert sentence.startswith("small bf16, 1 rank, policy bind:0: streamed-split r=0.76 wins (70.5 ms a step")
+    assert "1.08x faster than the next, streamed (76.0 ms)" in sentence
+    assert sentence.endswith("; streamed-split r=0.00 (70.4 ms) kept all its state on the GPU, nothing on the host: "
+                             "not an offload, not ranked.")

@@ -62,3 +62,16 @@ def test_other_modes_and_runs_without_deepspeed_give_no_rows(tmp_path):
     assert "## adam_offload beside DeepSpeed's optimizer step" in rep.markdown and "33%" in rep.text
     path.write_text(json.dumps(run(ddp, adam(2_000_000, 0.004))))
     assert "DeepSpeed" not in build_report(path, plots=False).markdown
+
+
+def test_zenflow_and_partial_zero3_are_not_set_beside_the_whole_state_step():
+    """ZenFlow's engine.step() starts an overlapped CPU update every few steps, a ZeRO-3 ratio below 1
+    steps part of the state on the GPU: adam_offload (all the state there and back) explains neither."""
+    zenflow = ds(mode="deepspeed-zenflow")
+    partial = ds(mode="deepspeed-zero3", nprocess=2)
+    partial["name"] += "-r0.5"
+    partial["extra_info"]["offload_ratio_used"] = 0.497
+    whole = ds(mode="deepspeed-zero3")
+    whole["extra_info"]["offload_ratio_used"] = 1.0
+    rows = share_rows(run(zenflow, partial, whole, adam(2_000_000, 0.004)))
+    assert [(r.mode, r.name) for r in rows] == [("deepspeed-zero3", whole["name"])]

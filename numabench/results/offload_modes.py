@@ -325,7 +325,10 @@ def winner_sentences(rows: list[ModeRow]) -> list[str]:
     out = []
     for group, best in sorted(groups.items()):
         model, dtype, nprocess, policy = group
-        offload = sorted((r for r in best.values() if r.mode not in ON_DEVICE_MODES), key=lambda r: r.step_ms)
+        # a split at share 0 (auto where the model fits the GPU) keeps everything on the GPU: no offload
+        on_gpu_splits = [r for r in best.values() if r.mode in memory_model.SPLIT_MODES and r.ratio == 0]
+        offload = sorted((r for r in best.values() if r.mode not in ON_DEVICE_MODES and r not in on_gpu_splits),
+                         key=lambda r: r.step_ms)
         if len(offload) < 2:
             continue
         win, nxt = offload[0], offload[1]
@@ -344,5 +347,8 @@ def winner_sentences(rows: list[ModeRow]) -> list[str]:
             text += f"; {win.reference}, the no-offload reference of its recipe, ran out of GPU memory"
         else:
             text += f"; no {win.reference} step (the no-offload reference of its recipe) to judge it by"
+        for r in on_gpu_splits:
+            text += (f"; {r.variant} ({r.step_ms:.1f} ms) kept all its state on the GPU, nothing on the host: "
+                     f"not an offload, not ranked")
         out.append(text + ".")
     return out

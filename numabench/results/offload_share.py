@@ -16,6 +16,9 @@ from numabench.cases import format_size
 from numabench.results import storage
 from numabench.results.tables import entries
 
+# ZenFlow's engine.step() only starts the CPU's update (overlapped, every few steps) and a ZeRO-3 ratio
+# below 1 steps part of the state on the GPU: neither is the whole-state step adam_offload stands for
+WHOLE_OFFLOAD_MODES = ("deepspeed-zero2", "deepspeed-zero3")
 SIZE_TOLERANCE = 0.10  # an adam_offload size within 10% of the partition counts as the same
 
 
@@ -53,8 +56,11 @@ def share_rows(run: str | Path | dict) -> list[ShareRow]:
     rows = []
     for e in es:
         x = extra.get(e.name, {})
-        if e.family != "train_step" or not str(x.get("mode", "")).startswith("deepspeed-") or "optimizer_ms" not in x:
+        if e.family != "train_step" or x.get("mode") not in WHOLE_OFFLOAD_MODES or "optimizer_ms" not in x:
             continue
+        used = x.get("offload_ratio_used")
+        if isinstance(used, (int, float)) and used < 1.0:
+            continue  # part of the state stepped on the GPU: not the step adam_offload copies
         n = int(e.axes["nprocess"])
         row = ShareRow(e.name, x["mode"], n, str(e.axes["policy"]), str(e.axes["dtype"]), int(x["n_params"]) // n,
                        float(x["optimizer_ms"]), x.get("deepspeed_timer_step_ms"),
