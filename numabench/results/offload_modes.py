@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from numabench.families.train_step import memory as memory_model
+from numabench.families.train_step import MODES as TRAIN_STEP_MODES, memory as memory_model
 from numabench.families.train_step.configs import MODELS, param_count
 from numabench.families.train_step.recipes import recipe
-from numabench.families.train_step.traffic import host_optimizer_bytes, pcie_bytes_by_direction
+from numabench.families.train_step.traffic import DTYPES as TRAIN_STEP_DTYPES, host_optimizer_bytes, pcie_bytes_by_direction
 from numabench.results import memory_outcomes, storage
 from numabench.results.offload_limits import host_bound_s, measured_rates, pcie_bound_s
 from numabench.results.tables import entries
@@ -201,6 +201,9 @@ def mode_rows(run: str | Path | dict) -> list[ModeRow]:
         rows.append(_measured_row(e, x))
     rows += [_oom_row(r) for r in memory_outcomes.out_of_memory(data)
              if r["extra_info"].get("family") == "train_step" and r["extra_info"].get("phase") == "step"]
+    # a row the family's models cannot describe (a mode or dtype train_step has not: an imported or
+    # hand-edited record) is left out rather than guessed at
+    rows = [r for r in rows if r.mode in TRAIN_STEP_MODES and r.dtype in TRAIN_STEP_DTYPES]
     for r in rows:
         _bound(r, es)
     nodes = ((data.get("machine_info") or {}).get("numabench") or {}).get("numa_nodes")

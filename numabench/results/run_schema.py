@@ -198,9 +198,12 @@ class CommitInfo(OpenObject):
 
 
 class MemoryRecord(OpenObject):
+    """A case that ran out of memory: its axes are read as an entry's are (the report's rows)."""
     fullname: Text = ABSENT
     name: Text = ABSENT
-    extra_info: dict[str, Any]
+    extra_info: ExtraInfo
+    message: Text = ABSENT
+    predicted: Text | None = None
 
 
 class MemoryOutcomes(OpenObject):

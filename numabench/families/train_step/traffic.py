@@ -32,8 +32,11 @@ MODES_ON_DEVICE = ("ddp", "fsdp", "no-offload", "no-offload-master")
 ADAM_PATTERN_BYTES = 7 * 4  # fp32: read p, g, m, v; write p, m, v
 
 
+DTYPES = ("fp32", "bf16")  # train_step's: how GPUs train, and the CPU ranks' fp32
+
+
 def _narrow(dtype: str) -> int:
-    if dtype not in ("fp32", "bf16"):
+    if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r}: allowed fp32 or bf16 (train_step's dtypes)")
     return 2 if dtype == "bf16" else 4
 
