@@ -16,6 +16,7 @@ from numabench.ab.run import ABResult
 from numabench.publish.page_family import family_html
 from numabench.publish.page_index import index_page
 from numabench.publish.page_numa import numa_html
+from numabench.publish.page_offload import offload_html
 
 ASSETS = ("site.js", "site.css")
 MANIFEST = ".numabench-site"  # the files a publish wrote, one a line: what a later --force may replace
@@ -90,6 +91,8 @@ def build_site(runs: list[Run], out: str | Path, *, source: str = "", threshold:
                              if k is not key and (k["key"], fp["family"]) in pages_of]
                 write(fp["file"], family_html(key, fp, elsewhere))
             write(key["numa_file"], numa_html(key))
+            if key.get("offload_file"):
+                write(key["offload_file"], offload_html(key))
         for name in ASSETS:
             (stage / name).write_bytes(resources.files("numabench.publish").joinpath(name).read_bytes())
         (stage / MANIFEST).write_text("".join(f"{n}\n" for n in (*names, *ASSETS)))

@@ -17,9 +17,12 @@ from numabench.publish.labels import SERIES_AXES, axes_text, entry_axes, hardwar
 from numabench.publish.numa import numa_page
 from numabench.publish.runs import Run, run_info, run_names
 from numabench.publish.verdicts import what_changed
+from numabench.results import memory_outcomes
 from numabench.results.history import Point, change_points, new_invocations
+from numabench.results.offload_modes import mode_rows, winner_sentences
+from numabench.results.report import offload_section
 
-__all__ = ["Run", "family_file", "hardware_key", "numa_file", "site_model", "slug"]
+__all__ = ["Run", "family_file", "hardware_key", "numa_file", "offload_file", "site_model", "slug"]
 NOT_RECORDED = "not recorded"  # an invocation whose machine the run did not record
 
 
@@ -29,6 +32,42 @@ def family_file(key_slug: str, family_slug: str) -> str:
 
 def numa_file(key_slug: str) -> str:
     return f"{key_slug}--numa.html"
+
+
+def offload_file(key_slug: str) -> str:
+    return f"{key_slug}--offload.html"
+
+
+def _combined(kruns: list[Run]) -> dict:
+    """A key's runs (oldest first) as one, as report.combine_runs combines one machine's run files: a
+    later run's entry replaces an earlier one of the same name, every run's out-of-memory records."""
+    by_name: dict[str, dict] = {}
+    for _, r in kruns:
+        for b in r.get("benchmarks", []):
+            by_name[b.get("fullname", b.get("name"))] = b
+    out = {**kruns[-1][1], "benchmarks": list(by_name.values())}
+    out.pop(memory_outcomes.KEY, None)
+    memory = memory_outcomes.combined([r for _, r in kruns])
+    if memory is not None:
+        out[memory_outcomes.KEY] = memory
+    return out
+
+
+def _has_modes(run: dict) -> bool:
+    records = [r["extra_info"] for r in memory_outcomes.out_of_memory(run)]
+    return any(x.get("family") == "train_step" and x.get("mode")
+               for x in [*(b.get("extra_info") or {} for b in run.get("benchmarks", [])), *records])
+
+
+def offload_view(kruns: list[Run], names: list[str]) -> dict | None:
+    """What a key's offload page shows (None: no train_step modes): the report's offload section over
+    the key's runs combined, its winner sentences, and the names of the runs that hold modes."""
+    run = _combined(kruns)
+    modes = mode_rows(run)
+    if not modes:
+        return None
+    return {"runs": [n for n, (_, r) in zip(names, kruns) if _has_modes(r)], "wins": winner_sentences(modes),
+            "section": offload_section(run, modes)}
 
 
 def _verdict(bench: dict) -> dict | None:
@@ -151,7 +190,7 @@ def _finite(obj: Any) -> Any:
 
 def key_model(key: str, kruns: list[Run], threshold_pct: float) -> dict:
     """One hardware key: its runs (named once, runs.run_names), a page per family, what changed in
-    its newest run, and its NUMA page."""
+    its newest run, its NUMA page, and its offload page where it has train_step modes."""
     names = run_names(kruns)
     k_slug = slug(key)
     runs = [run_info(k, n, label, r) for k, (n, (label, r)) in enumerate(zip(names, kruns))]
@@ -164,6 +203,8 @@ def key_model(key: str, kruns: list[Run], threshold_pct: float) -> dict:
             if x.get("family"):
                 by_family[x["family"]][name] = x  # the newest run's axes win
     out = {"key": key, "slug": k_slug, "runs": runs, "numa_file": numa_file(k_slug)}
+    if (offload := offload_view(kruns, names)) is not None:
+        out.update({"offload_file": offload_file(k_slug), "offload": offload})
     fpages = [family_page(out, f, by_family[f], by_run, machines, threshold_pct) for f in sorted(by_family)]
     every = [h for fp in fpages for g in fp["groups"] for h in g["entries"]]
     for r in runs:

@@ -81,8 +81,13 @@ def runs_table(runs: list[dict]) -> str:
 
 
 def key_nav(key: dict, here: str = "") -> str:
-    """Links to every family page of a key and its NUMA page (the page shown not linked)."""
+    """Links to every family page of a key, its NUMA page and its offload page where it has one (the
+    page shown not linked)."""
     links = [f"<b>{esc(f['family'])}</b>" if f["file"] == here else
              f"<a href=\"{esc(f['file'])}\">{esc(f['family'])}</a>" for f in key["families"]]
     numa = "<b>NUMA</b>" if key["numa_file"] == here else f"<a href=\"{esc(key['numa_file'])}\">NUMA</a>"
-    return " ".join(links + [numa])
+    links.append(numa)
+    if key.get("offload_file"):
+        off = key["offload_file"]
+        links.append("<b>offload</b>" if off == here else f"<a href=\"{esc(off)}\">offload</a>")
+    return " ".join(links)
