@@ -10,39 +10,15 @@ from numabench.publish.pages import esc
 from numabench.publish.page_offload import markdown_html
 from numabench.results import memory_outcomes
 from numabench.results.offload_modes import mode_rows, winner_sentences
+from offload_runs import GIB, N, bench, oom, ts
 
-N = 1_000_000_000  # parameters of the synthetic rows
-GIB = 2**30
 KEY = "H100x1_k"
-
-
-def bench(name: str, median_s: float, **extra) -> dict:
-    data = [median_s * f for f in (0.99, 1.0, 1.01)]
-    return {"name": name, "fullname": f"benchmarks/test_{extra['family']}.py::{name}", "extra_info": extra,
-            "stats": {"median": median_s, "mean": median_s, "stddev": median_s / 100, "min": data[0],
-                      "max": data[-1], "rounds": 3, "data": data}}
-
-
-def ts(mode, median_s, *, model="1b", policy="bind:0", cpu_bind="node", n_params=N, numel=8, **extra) -> dict:
-    name = f"test_train_step[step-np1-{numel}-{policy}-bf16-{mode}-{model}-{cpu_bind}]"
-    return bench(name, median_s, family="train_step", phase="step", nprocess=1, numel=numel, dtype="bf16",
-                 policy=policy, mode=mode, model=model, cpu_bind=cpu_bind, n_params=n_params, forward_ms=20.0,
-                 backward_ms=50.0, optimizer_ms=5.0, tokens_per_step=8192, **extra)
 
 
 def transfer(gbps: float) -> dict:
     name = "test_transfer[h2d-np1-268435456-default-fp32-pinned]"
     return bench(name, 0.01, family="transfer", phase="h2d", nprocess=1, numel=268435456, dtype="fp32",
                  policy="default", GBps=gbps, memory="pinned")
-
-
-def oom(mode, *, model="5b", predicted="needs ~99.9 GiB per GPU; the GPU has 79.6 GiB") -> dict:
-    name = f"test_train_step[step-np1-4-bind:0-bf16-{mode}-{model}-node]"
-    return memory_outcomes.outcome(
-        name, f"benchmarks/test_train_step.py::{name}",
-        {"family": "train_step", "phase": "step", "nprocess": 1, "numel": 4, "dtype": "bf16", "policy": "bind:0",
-         "mode": mode, "model": model, "cpu_bind": "node"},
-        "OutOfMemoryError: CUDA out of memory. Tried to allocate 19.00 GiB.", predicted)
 
 
 def run(*benchmarks, key: str = KEY, when: str = "2026-11-25T00:00:00", memory: dict | None = None) -> dict:
