@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from numabench.numa.numastat import NodeMemory, category, node_memory, numastat_table
+from numabench.numa.numastat import NodeMemory, category, helper_memory, node_memory, numastat_table
 from numabench.numa.placement import parse_numa_maps
 from numabench.results.report import build_report
 
@@ -100,3 +100,36 @@ def test_the_report_shows_kinds_and_memory_per_node(tmp_path: Path):
     assert "|  |  |  | Private | 67812.00 | 135455.00 | 203267.00 |" in text
     assert text.count("| Private |") == 1  # one worker run, one table
     assert "| family | case | rank | MiB | Node 0 | Node 2 | Total |" in text
+
+
+def test_a_helper_process_private_pages_are_counted_and_what_it_shares_is_not():
+    """A helper (as ZenFlow's optimizer process is to a rank), forked: the 32 MiB it touches of its
+    own count; the parent's 64 MiB it inherited (pages shared until written) and a shared buffer do not."""
+    import mmap
+    import os
+
+    inherited = bytearray(64 * 2**20)
+    inherited[::4096] = b"p" * len(inherited[::4096])
+    shared = mmap.mmap(-1, 16 * 2**20)  # MAP_SHARED: a file (/dev/zero) in numa_maps
+    shared.write(b"s" * (16 * 2**20))
+    before = sum(helper_memory().values())
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the helper: touch its own, then wait to be read and killed
+        own = bytearray(32 * 2**20)
+        own[::4096] = b"c" * len(own[::4096])
+        os.write(ready_w, b"r")
+        time.sleep(60)
+        os._exit(0)
+    try:
+        assert os.read(ready_r, 1) == b"r"
+        counted = sum(helper_memory().values()) - before
+        assert 32 * 2**20 <= counted < 60 * 2**20, counted  # its 32 MiB, not the 64 + 16 it shares
+        assert helper_memory(pid) == {}  # it has no helpers of its own
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(ready_r)
+        os.close(ready_w)
+        shared.close()
+    assert sum(helper_memory().values()) == before

@@ -190,6 +190,8 @@ def test_master_mode_through_the_worker_reports_its_recipe_and_memory():
     total = m["host_total_bytes_by_node_per_rank"][0]
     assert int(total[str(node)]) > 4 * 4 * m["n_params"]  # the process holds at least the model and its state
     assert m["host_pinned_bytes_by_node_per_rank"] == [{}]  # nothing is pinned without a GPU
+    # its helper processes' private pages (none of its own here: torch's CPU ranks start none)
+    assert [sum(by_node.values()) for by_node in m["host_helper_bytes_by_node_per_rank"]] == [0]
     assert m["mem_peak_reserved_per_rank_bytes"] == [None] and m["gpu_memory_bytes_per_rank"] == [None]
     assert m["pcie_h2d_bytes_per_param"] == m["pcie_d2h_bytes_per_param"] == 0
     assert m["host_optimizer_bytes_per_param"] is None

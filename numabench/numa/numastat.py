@@ -65,6 +65,29 @@ def node_memory(pid: int | str = "self", entries: Iterable[NumaMapsEntry] | None
     return NodeMemory(out)
 
 
+def helper_memory(pid: int | str = "self") -> dict[int, int]:
+    """Bytes per node of the private anonymous pages of ``pid``'s descendant processes (a library's
+    helper, e.g. DeepSpeed ZenFlow's optimizer process, whose Adam moments live there): numastat -p
+    of the rank alone misses them. Only mappings without a file and with no page mapped twice
+    (``mapmax``) count, so memory a helper shares with the rank (shared tensors, pages a fork has
+    not copied yet) is not counted twice. A helper that ends while it is read is skipped."""
+    import psutil
+
+    root = psutil.Process() if pid == "self" else psutil.Process(int(pid))
+    out: dict[int, int] = {}
+    for child in root.children(recursive=True):
+        try:
+            entries = read_numa_maps(child.pid)
+        except OSError:  # gone, or not ours to read
+            continue
+        for e in entries:
+            if "anon" not in e.attrs or "file" in e.attrs or int(e.attrs.get("mapmax", "1")) > 1:
+                continue
+            for n, b in e.node_bytes.items():
+                out[n] = out.get(n, 0) + b
+    return dict(sorted(out.items()))
+
+
 def numastat_table(mem: NodeMemory, nodes: Iterable[int] | None = None) -> list[list[str]]:
     """numastat's table in MiB (its "MBs"), two decimals: a header row, then Huge, Heap, Stack,
     Private and Total, each with one column per node and a Total column."""

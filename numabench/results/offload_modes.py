@@ -127,6 +127,16 @@ def _max_or_none(values) -> int | None:
     return int(max(known)) if known else None
 
 
+def _with_helpers(total: dict, helpers: dict | None) -> dict:
+    """The rank's bytes per node with its helper processes' private ones added (ZenFlow's optimizer
+    process holds its moments)."""
+    out = dict(total)
+    for node, b in (helpers or {}).items():
+        if isinstance(b, (int, float)) and not isinstance(b, bool):
+            out[node] = out.get(node, 0) + b
+    return out
+
+
 def _first_dict(values) -> dict | None:
     return values[0] if isinstance(values, list) and values and isinstance(values[0], dict) else None
 
@@ -170,7 +180,8 @@ def _measured_row(e, x: dict) -> ModeRow:
         x.get("gpu_idle_fraction_min"), x.get("gpu_idle_fraction"), None,
         x.get("n_params"), _max_or_none(x.get("mem_peak_per_rank_bytes")),
         _max_or_none(x.get("mem_peak_reserved_per_rank_bytes")),
-        _first_dict(x.get("host_total_bytes_by_node_per_rank")) or {},
+        _with_helpers(_first_dict(x.get("host_total_bytes_by_node_per_rank")) or {},
+                      _first_dict(x.get("host_helper_bytes_by_node_per_rank"))),
         _first_dict(x.get("host_pinned_bytes_by_node_per_rank")), **_settings(x))
     row.pcie_bytes_per_param = sum(pcie_bytes_by_direction(row.mode, row.dtype, **row.traffic_settings()))
     return row

@@ -119,7 +119,7 @@ MODES_LEGEND = (
     "GPU); GPU idle >= (ZeRO-2): that timer's share of the step, GPU idle by construction; GPU peak: allocated "
     "and reserved by torch's caching allocator over the set-up steps, the largest rank's; GPU B/param: what the "
     "mode keeps on the GPU per parameter (a model: numabench.families.train_step.memory); host GiB per node: "
-    "the rank's memory as numastat -p totals it, and its pinned share; PCIe B/param: a model of each mode's "
+    "the rank's memory as numastat -p totals it (with its helper processes' private pages: ZenFlow's optimizer process), and its pinned share; PCIe B/param: a model of each mode's "
     "copies; PCIe bound: those bytes over the measured pinned copy rates (one way each, and both at once); host "
     "bound: a CPU-side optimizer's host-memory bytes (Adam's 28 B/param, +2 for DeepSpeed's bf16 copy) over "
     "host_membw's adam_pattern rate; x (forward + bound): the step over forward plus the larger bound, which "

@@ -336,6 +336,7 @@ def memory_metrics(result: CaseResult) -> dict:
         "gpu_memory_bytes_per_rank": [i.gpu_memory_bytes for i in infos],
         "host_total_bytes_by_node_per_rank": [by_node(i.numa_maps) for i in infos],
         "host_pinned_bytes_by_node_per_rank": [by_node(i.host_pinned_by_node) for i in infos],
+        "host_helper_bytes_by_node_per_rank": [by_node(getattr(i, "helper_host_by_node", None)) for i in infos],
         "pinned_allocator_bytes_per_rank": [i.pinned_allocator_bytes for i in infos],
         "gpu_bytes_per_param": memory.gpu_bytes_per_param(mode, case.dtype, case.nprocess, ratio, topk),
         "host_bytes_per_param": memory.host_bytes_per_param(mode, case.dtype, case.nprocess, ratio),

@@ -49,6 +49,9 @@ class TrainStepReply(SetupReply):
     # the process's pinned mappings per node (their share of ``numa_maps``, numastat -p's total)
     host_pinned_by_node: PlacementReport | None = None
     pinned_allocator_bytes: int | None = None  # torch's caching host allocator: pinned blocks it owns
+    # private anonymous pages of the rank's helper processes (ZenFlow's optimizer process holds its
+    # moments), which ``numa_maps`` of the rank alone does not count
+    helper_host_by_node: PlacementReport | None = None
     # the split modes: the share of the optimizer state's elements on the host as the rank split it (the
     # offload_ratio asked, auto resolved, rounded to whole parameters or DeepSpeed's sub-groups)
     offload_ratio: float | None = None

@@ -537,10 +537,12 @@ def anon_report(pid: int | str = "self"):
 def host_memory(device=None) -> dict:
     """The process's host memory per node as numastat -p totals it (every mapping's pages in
     /proc/self/numa_maps), the pinned share of it (mappings CUDA sees as pinned; none without a
-    GPU) and the pinned bytes torch's caching host allocator owns (None where torch cannot say)."""
+    GPU), the pinned bytes torch's caching host allocator owns (None where torch cannot say) and
+    its helper processes' private pages (numastat.helper_memory)."""
     import torch
 
-    from numabench.numa.placement import numa_maps_report, pinned_report, read_numa_maps
+    from numabench.numa.numastat import helper_memory
+    from numabench.numa.placement import PlacementReport, numa_maps_report, pinned_report, read_numa_maps
     from numabench.toolkit.hostmem import address_is_pinned
 
     maps = read_numa_maps()
@@ -552,7 +554,9 @@ def host_memory(device=None) -> dict:
         except (AttributeError, RuntimeError):
             allocator = None
     pinned = pinned_report(maps, address_is_pinned if device is not None else (lambda address: False))
-    return {"numa_maps": numa_maps_report(entries=maps), "pinned": pinned, "pinned_allocator_bytes": allocator}
+    helpers = PlacementReport(helper_memory(), source="helper processes' private anon pages (numa_maps)")
+    return {"numa_maps": numa_maps_report(entries=maps), "pinned": pinned, "pinned_allocator_bytes": allocator,
+            "helpers": helpers}
 
 
 def rank_threads(spec: WorkerSpec) -> int | None:
@@ -660,6 +664,7 @@ class Worker(BaseWorker):
             gpu_idle=idle, kernel_max_rel_error=tr.kernel_error,
             numa_maps=memory["numa_maps"], host_bytes_by_node=anon_report(),
             host_pinned_by_node=memory["pinned"], pinned_allocator_bytes=memory["pinned_allocator_bytes"],
+            helper_host_by_node=memory["helpers"],
             peak_gpu_reserved_bytes=torch.cuda.max_memory_reserved(device) if cuda else None,
             gpu_memory_bytes=torch.cuda.mem_get_info(device)[1] if cuda else None,
             host_state_bytes=sum(n for _, n in ranges),
