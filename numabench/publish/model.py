@@ -20,7 +20,7 @@ from numabench.publish.verdicts import what_changed
 from numabench.results import memory_outcomes
 from numabench.results.history import Point, change_points, new_invocations
 from numabench.results.offload_modes import mode_rows, winner_sentences
-from numabench.results.report import offload_section
+from numabench.results.report import combined_run, offload_section
 
 __all__ = ["Run", "family_file", "hardware_key", "numa_file", "offload_file", "site_model", "slug"]
 NOT_RECORDED = "not recorded"  # an invocation whose machine the run did not record
@@ -38,21 +38,6 @@ def offload_file(key_slug: str) -> str:
     return f"{key_slug}--offload.html"
 
 
-def _combined(kruns: list[Run]) -> dict:
-    """A key's runs (oldest first) as one, as report.combine_runs combines one machine's run files: a
-    later run's entry replaces an earlier one of the same name, every run's out-of-memory records."""
-    by_name: dict[str, dict] = {}
-    for _, r in kruns:
-        for b in r.get("benchmarks", []):
-            by_name[b.get("fullname", b.get("name"))] = b
-    out = {**kruns[-1][1], "benchmarks": list(by_name.values())}
-    out.pop(memory_outcomes.KEY, None)
-    memory = memory_outcomes.combined([r for _, r in kruns])
-    if memory is not None:
-        out[memory_outcomes.KEY] = memory
-    return out
-
-
 def _has_modes(run: dict) -> bool:
     records = [r["extra_info"] for r in memory_outcomes.out_of_memory(run)]
     return any(x.get("family") == "train_step" and x.get("mode")
@@ -62,7 +47,7 @@ def _has_modes(run: dict) -> bool:
 def offload_view(kruns: list[Run], names: list[str]) -> dict | None:
     """What a key's offload page shows (None: no train_step modes): the report's offload section over
     the key's runs combined, its winner sentences, and the names of the runs that hold modes."""
-    run = _combined(kruns)
+    run = combined_run([r for _, r in kruns], machine_of=-1)  # the newest run's machine
     modes = mode_rows(run)
     if not modes:
         return None

@@ -83,11 +83,18 @@ def combine_runs(paths: Sequence[str | Path]) -> dict:
     if len(set(keys.values())) > 1:
         raise UsageError("report: runs of different hardware cannot form one table: "
                          + ", ".join(f"{p} [{k}]" for p, k in keys.items()))
+    return combined_run(runs)
+
+
+def combined_run(runs: Sequence[dict], machine_of: int = 0) -> dict:
+    """Runs (oldest first) as one: the machine and other fields of ``runs[machine_of]``, every run's
+    entries (a later run's entry replaces an earlier one of the same name) and out-of-memory records."""
     by_name: dict[str, dict] = {}
     for r in runs:
         for b in r.get("benchmarks", []):
             by_name[b.get("fullname", b.get("name"))] = b
-    out = {**runs[0], "benchmarks": list(by_name.values())}
+    out = {**runs[machine_of], "benchmarks": list(by_name.values())}
+    out.pop(memory_outcomes.KEY, None)
     memory = memory_outcomes.combined(runs)  # the out-of-memory records of every run
     if memory is not None:
         out[memory_outcomes.KEY] = memory
