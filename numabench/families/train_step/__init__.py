@@ -63,7 +63,7 @@ from numabench.families.train_step.configs import model_config, param_count
 from numabench.families.train_step import memory
 from numabench.families.train_step.recipes import recipe
 from numabench.families.train_step.reply import TrainStepReply
-from numabench.families.train_step.traffic import host_optimizer_bytes, pcie_bytes_by_direction
+from numabench.families.train_step.traffic import DTYPES, host_optimizer_bytes, pcie_bytes_by_direction
 from numabench.numa.budget import KindDemand
 
 DEFAULT_ROUNDS = 10
@@ -336,7 +336,7 @@ def memory_metrics(result: CaseResult) -> dict:
         "gpu_memory_bytes_per_rank": [i.gpu_memory_bytes for i in infos],
         "host_total_bytes_by_node_per_rank": [by_node(i.numa_maps) for i in infos],
         "host_pinned_bytes_by_node_per_rank": [by_node(i.host_pinned_by_node) for i in infos],
-        "host_helper_bytes_by_node_per_rank": [by_node(getattr(i, "helper_host_by_node", None)) for i in infos],
+        "host_helper_bytes_by_node_per_rank": [by_node(i.helper_host_by_node) for i in infos],
         "pinned_allocator_bytes_per_rank": [i.pinned_allocator_bytes for i in infos],
         "gpu_bytes_per_param": memory.gpu_bytes_per_param(mode, case.dtype, case.nprocess, ratio, topk),
         "host_bytes_per_param": memory.host_bytes_per_param(mode, case.dtype, case.nprocess, ratio),
@@ -410,7 +410,7 @@ FAMILY = GpuOrCpuFamily(
     size_is_batch=True,
     rank_kind="gpu",
     default_sizes=(32,),
-    default_dtypes=("fp32", "bf16"),
+    default_dtypes=DTYPES,
     # cpu_bind: node (the node's CPUs shared by its ranks), rank-cores (disjoint physical cores
     # per rank, as DeepSpeed's --bind_cores_to_rank), none (unbound)
     extra_axes={"mode": MODES, "model": MODELS, "cpu_bind": CPU_BINDS},
