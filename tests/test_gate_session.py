@@ -25,8 +25,9 @@ from fake_timings import ENV
 
 from numabench.cases import Case, CaseResult
 from numabench.cli import main
-from numabench.gate.confirm import gate_of_baseline, judge_and_confirm
-from numabench.gate.rule import SLOWER
+from numabench.gate.confirm import MAX_CONFIRM_BATCHES, gate_of_baseline, judge_and_confirm
+from numabench.gate.rule import SLOWER, UNRESOLVED
+from numabench.gate.table import render, render_markdown
 from numabench.numa.policy import Policy
 from numabench.results.compare import compare_runs
 
@@ -225,3 +226,44 @@ def test_nothing_slower_or_no_confirmation_runs_nothing_again():
 
         assert judge_and_confirm(gate, _entries(), pooled, invoke) is pooled
         assert bool(gate.result(None).regressions) is regression
+
+
+def _invoker(values: list[float], calls: list):
+    """invoke(variants): the next of ``values`` as each variant's one invocation median."""
+    queue = iter(values)
+
+    def invoke(variants):
+        calls.append(list(variants))
+        value = next(queue)
+        return [_result(v, [value]) for v in variants]
+    return invoke
+
+
+def test_a_noisy_confirmation_is_unresolved_and_runs_another_batch():
+    """Two confirming invocations 1.0 and 2.0 ms cannot resolve 10% (unresolved, never same); a
+    second batch at 1.5 ms settles it: slower, a regression, all four invocations recorded."""
+    gate, calls = _gate(2), []
+    pooled = {OURS: _result(OURS, [1.5e-3]), TORCH: _result(TORCH, [1.0e-3])}
+    out = judge_and_confirm(gate, _entries(), pooled, _invoker([1.0e-3, 2.0e-3, 1.5e-3, 1.5e-3], calls))
+    assert calls == [[OURS]] * 4
+    assert out[OURS].invocation_medians("step") == [1.5e-3, 1.0e-3, 2.0e-3, 1.5e-3, 1.5e-3]
+    res = gate.result(None)
+    assert [(r.verdict, r.confirm_verdict) for r in res.rows] == [(SLOWER, SLOWER), ("same", None)]
+    assert res.exit_code == 1 and gate.record("b.py::t[ours]")["confirm_invocations"] == 4
+
+
+def test_a_confirmation_noisy_to_the_end_fails_nothing_and_says_so():
+    """Every batch 0.9/1.6 ms: after MAX_CONFIRM_BATCHES batches the entry stays slower with an
+    unresolved confirmation: no regression, exit 0, a warning naming it in text and Markdown."""
+    gate, calls = _gate(2), []
+    pooled = {OURS: _result(OURS, [1.5e-3]), TORCH: _result(TORCH, [1.0e-3])}
+    judge_and_confirm(gate, _entries(), pooled, _invoker([0.9e-3, 1.6e-3] * MAX_CONFIRM_BATCHES, calls))
+    assert len(calls) == 2 * MAX_CONFIRM_BATCHES
+    res = gate.result(None)
+    row = res.rows[0]
+    assert (row.verdict, row.confirm_verdict) == (SLOWER, UNRESOLVED) and row.confirm_detectable_pct > 10
+    assert not res.regressions and res.exit_code == 0
+    text = render(res)
+    assert "unresolved (detects" in text and "1 entries judged slower whose confirmation was too noisy" in text
+    assert "t[ours]" in render_markdown(res).split("could not be confirmed")[1]
+    assert gate.record("b.py::t[ours]")["confirmation"] == UNRESOLVED

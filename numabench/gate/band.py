@@ -140,9 +140,11 @@ class GateRule:
         error is ``new_noise_pct`` (new_noise)."""
         return max(self.threshold_pct, self.noise_multiple * math.hypot(band.spread_pct, new_noise_pct))
 
-    def detectable_of(self, band: Band) -> float:
-        """The smallest slowdown against the band's centre that is judged slower, in %."""
-        return (band.high / band.center * (1 + self.threshold_of(band) / 100) - 1) * 100
+    def detectable_of(self, band: Band, threshold_pct: float | None = None) -> float:
+        """The smallest slowdown against the band's centre that is judged slower, in %, with the
+        threshold ``threshold_pct`` beyond its edge (None: a quiet new value's, threshold_of(band))."""
+        threshold = self.threshold_of(band) if threshold_pct is None else threshold_pct
+        return (band.high / band.center * (1 + threshold / 100) - 1) * 100
 
     def status_of(self, band: Band, new_machine: str | None) -> tuple[str, str]:
         """(status, why) of an entry with this band, judged for a run from ``new_machine``."""

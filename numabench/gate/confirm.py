@@ -5,7 +5,10 @@ Each worker run's entries are judged (numabench.gate.rule) as soon as its invoca
 pooled (numabench.gate.pool); where a gated entry is judged ``slower``, only the variants
 with such an entry run again, ``confirm_invocations`` fresh invocations while the machine is
 still in the same state, and every entry with a band gets the confirmation's verdict beside
-its own (a regression only where both say slower). The confirmation's invocations are pooled
+its own (a regression only where both say slower). A confirmation too noisy to resolve the
+coarsest gated change (``unresolved``) runs another ``confirm_invocations``, pooled with the
+first, up to MAX_CONFIRM_BATCHES; one still unresolved fails nothing and is listed as such
+(numabench.gate.table). The confirmation's invocations are pooled
 into the entry it recorded, and the entry's record (numabench.gate.table.gate_record) says
 how many of its last invocations they were, so an offline compare judges as the session did.
 """
@@ -19,9 +22,23 @@ from numabench.errors import UsageError
 from numabench.gate.band import GateRule
 from numabench.gate.invocations import run_machine
 from numabench.gate.pool import pool_by_variant, pool_invocations
-from numabench.gate.rule import SLOWER, CompareResult, Row, confirm, judge_entry, parse_positive_pct, parse_threshold
+from numabench.gate.rule import (
+    SLOWER,
+    UNRESOLVED,
+    CompareResult,
+    Row,
+    confirm,
+    judge_entry,
+    parse_positive_pct,
+    parse_threshold,
+)
 from numabench.gate.table import gate_record
 from numabench.machine.hwkey import run_hardware_key
+
+# Batches of confirmation invocations an entry may take while its confirmation stays unresolved:
+# a noisy moment (a neighbour on a shared runner) passes within a batch or two, and a gated
+# run must end.
+MAX_CONFIRM_BATCHES = 3
 
 
 class Entry(Protocol):
@@ -89,8 +106,10 @@ def judge_and_confirm(gate: Gate, entries: Iterable[Entry], pooled: dict[tuple, 
                       invoke: Callable[[list[tuple]], list[CaseResult]]) -> dict[tuple, CaseResult]:
     """Judge a worker run's ``entries`` on its ``pooled`` invocations (variant -> result); where
     one is judged slower, run ``gate.confirm_invocations`` confirmation invocations of the flagged
-    variants (``invoke(variants)`` is one fresh invocation of them), add their verdicts, and
-    return the results with the confirmation's invocations pooled in."""
+    variants (``invoke(variants)`` is one fresh invocation of them), add their verdicts, run
+    another batch of the variants whose slower entry's confirmation is unresolved (at most
+    MAX_CONFIRM_BATCHES in all), and return the results with the confirmation's invocations
+    pooled in."""
     entries = [e for e in entries if e.extra in pooled]
     rows = [gate.judge(e.nodeid, e.name, pooled[e.extra].invocation_medians(e.phase),
                        pooled[e.extra].phases[e.phase]) for e in entries]
@@ -98,10 +117,17 @@ def judge_and_confirm(gate: Gate, entries: Iterable[Entry], pooled: dict[tuple, 
         return pooled
     # Only the variants with an entry judged slower run again (the cost of a gated run).
     flagged = list(dict.fromkeys(e.extra for e, r in zip(entries, rows) if r.verdict == SLOWER))
-    confirmation = pool_by_variant([invoke(flagged) for _ in range(gate.confirm_invocations)])
-    for e, row in zip(entries, rows):
-        if row.band is not None and e.extra in confirmation:
-            gate.confirm(e.nodeid, confirmation[e.extra].invocation_medians(e.phase),
-                         confirmation[e.extra].phases[e.phase])
+    batches: list[list[CaseResult]] = []
+    for _ in range(MAX_CONFIRM_BATCHES):
+        batches += [invoke(flagged) for _ in range(gate.confirm_invocations)]
+        confirmation = pool_by_variant(batches)
+        for e, row in zip(entries, rows):
+            if row.band is not None and e.extra in confirmation:
+                gate.confirm(e.nodeid, confirmation[e.extra].invocation_medians(e.phase),
+                             confirmation[e.extra].phases[e.phase])
+        flagged = list(dict.fromkeys(e.extra for e, r in zip(entries, rows)
+                                     if r.verdict == SLOWER and r.confirm_verdict == UNRESOLVED))
+        if not flagged:
+            break
     return {x: pool_invocations([pooled[x], confirmation[x]]) if x in confirmation else pooled[x]
             for x in pooled}

@@ -20,7 +20,8 @@ that order, so a few percent of a few microseconds is no evidence.
 
 The new value is the median of the new run's invocation medians. In a pytest
 session a ``slower`` entry is re-run as fresh invocations (``--numa-confirm``)
-and is a regression only when the confirmation is ``slower`` too; an offline
+and is a regression only when the confirmation is ``slower`` too (a confirmation too noisy
+to resolve the rule's coarsest change is ``unresolved``: re-run, and never read as ``same``); an offline
 compare of two files cannot re-run, so its ``slower`` entries count as
 regressions as they are.
 
@@ -51,6 +52,8 @@ from numabench.gate.band import (
 from numabench.gate.invocations import invocation_medians, run_machine
 
 FASTER, SLOWER, SAME, NO_BASELINE, NO_DATA = "faster", "slower", "same", "no baseline", "no data"
+# A confirmation too noisy to resolve the coarsest gated change: neither slower nor the same.
+UNRESOLVED = "unresolved"
 # --allow-foreign: the runs' hardware keys differ, so a difference is the hardware's, never a verdict
 OTHER_HARDWARE = "other hardware"
 VERDICTS = (SLOWER, FASTER, SAME, INSUFFICIENT, INFORMATIONAL, OTHER_HARDWARE, NO_BASELINE, NO_DATA)
@@ -109,6 +112,7 @@ class Row:
     verdict: str  # slower/faster/same for a gated entry; else its status (insufficient data, ...)
     confirm_medians: list[float] = field(default_factory=list)
     confirm_verdict: str | None = None  # None: no confirmation ran
+    confirm_detectable_pct: float | None = None  # the smallest slowdown the confirmation could detect
     threshold_pct: float | None = None  # the entry's own threshold beyond its band (band.GateRule)
     detectable_pct: float | None = None  # the smallest slowdown against the band's centre it detects
     direction: str | None = None  # not gated: where the value lies by the entry's threshold (slower, ...)
@@ -164,6 +168,8 @@ class Row:
     def confirmed_text(self) -> str:
         if self.confirm_verdict is None:
             return "-"
+        if self.confirm_verdict == UNRESOLVED:
+            return f"unresolved (detects {self.confirm_detectable_pct:.0f}%)"
         return "confirmed" if self.confirm_verdict == self.verdict else f"not confirmed ({self.confirm_verdict})"
 
 
@@ -193,12 +199,17 @@ def judge_entry(name: str, fullname: str, baseline: dict | None, new_medians: Se
 
 def confirm(row: Row, confirm_medians: Sequence[float], confirm_rounds: Sequence[float] = ()) -> Row:
     """``row`` with the verdict of fresh invocations' medians (the confirmation) added, judged by
-    the row's rule with the confirmation's own noise."""
+    the row's rule with the confirmation's own noise. A confirmation so noisy that it could not
+    detect the rule's coarsest gated change says nothing: ``unresolved``, never ``same``."""
     if row.band is None or not confirm_medians or row.rule is None:
         return row
     row.confirm_medians = list(confirm_medians)
     threshold = row.rule.threshold_of(row.band, new_noise(confirm_medians, confirm_rounds))
-    row.confirm_verdict = judge(row.band, statistics.median(confirm_medians), threshold)
+    row.confirm_detectable_pct = row.rule.detectable_of(row.band, threshold)
+    verdict = judge(row.band, statistics.median(confirm_medians), threshold)
+    if verdict == SAME and row.confirm_detectable_pct > row.rule.coarsest_pct:
+        verdict = UNRESOLVED
+    row.confirm_verdict = verdict
     return row
 
 

@@ -25,6 +25,7 @@ from numabench.gate.rule import (
     OTHER_HARDWARE,
     SAME,
     SLOWER,
+    UNRESOLVED,
     VERDICTS,
     CompareResult,
     Row,
@@ -96,6 +97,12 @@ def summary_lines(res: CompareResult) -> list[str]:
     if flagged:
         lines.append(f"confirmation: {sum(r.confirm_verdict == SLOWER for r in flagged)} of the {len(flagged)} "
                      "entries judged slower were slower again in fresh invocations")
+        unresolved = [r for r in flagged if r.confirm_verdict == UNRESOLVED]
+        if unresolved:
+            lines.append(f"WARNING: {len(unresolved)} entries judged slower whose confirmation was too noisy to "
+                         f"resolve {res.rule.coarsest_pct:g}% (unresolved, NOT FAILED; re-run on a quieter machine): "
+                         + ", ".join(f"{r.name} (confirmation detects {r.confirm_detectable_pct:.0f}%, "
+                                     f"{len(r.confirm_medians)} invocations)" for r in unresolved))
     if res.only_baseline:
         lines.append(f"{len(res.only_baseline)} baseline entries not measured in this run (not compared)")
     if counts.get(INSUFFICIENT):
@@ -179,6 +186,11 @@ def warnings(res: CompareResult) -> list[str]:
         out.append(f"{len(noisy)} entries are informational, too noisy to detect {res.rule.coarsest_pct:g}% and NOT "
                    f"GATED ({', '.join(f'{r.name} spread {r.band.spread_pct:.1f}%' for r in noisy[:5])}"
                    f"{', ...' if len(noisy) > 5 else ''}): judge them with numabench ab on one machine")
+    unresolved = [r.name for r in res.rows if r.verdict == SLOWER and r.confirm_verdict == UNRESOLVED]
+    if unresolved:
+        out.append(f"{len(unresolved)} entries judged slower could not be confirmed, their confirmation too noisy "
+                   f"(unresolved, NOT FAILED: {', '.join(unresolved[:5])}{', ...' if len(unresolved) > 5 else ''}): "
+                   "re-run on a quieter machine")
     return out
 
 
