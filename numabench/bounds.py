@@ -76,6 +76,9 @@ BOUNDS: dict[str, Bound] = {
     "coarsest": Bound(0, 10_000, "%", low_open=True, example="10%"),
     "confidence": Bound(0, 1, low_open=True, high_open=True, example="0.95"),
     "pairs": Bound(MIN_PAIRS, MOST_PAIRS, "pairs", whole=True),
+    # a pair's rounds until its ratio is known to this standard error (0: the family's rounds only)
+    "round_target": Bound(0, 100, "%", example="0.3%"),
+    "round_cap": Bound(1, 100, "times", whole=True, example="4"),
     # time limits and factors read from the environment
     "build_timeout": Bound(0, DAY_S, "seconds", low_open=True, example="900"),
     "lock_timeout": Bound(0, DAY_S, "seconds", example="1800"),

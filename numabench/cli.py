@@ -343,7 +343,8 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  max_pairs=settings.max_pairs, target_pct=settings.target_resolution,
                  confirm_pairs=settings.confirm_pairs, workers=settings.workers, same_cpus=settings.same_cpus,
                  passes=passes, time_budget_s=settings.time_budget, confirm_confidence=settings.confirm_confidence,
-                 rewarm=settings.rewarm, scope=settings.scope)
+                 rewarm=settings.rewarm, scope=settings.scope, round_target_pct=settings.round_target,
+                 round_cap=settings.round_cap)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):

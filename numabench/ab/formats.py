@@ -149,6 +149,9 @@ def rule_line(res: ABResult) -> str:
                f"second, within a time budget of {res.time_budget_s:.0f} s"
                f"{f' and up to {res.max_pairs} pairs' if res.max_pairs else ''} (Stein's two-stage rule: an "
                f"interval's width from the first {res.pairs})" if res.time_budget_s is not None else "")
+            + (f"; each pair took rounds beyond its family's until every entry's pair ratio was known to "
+               f"{res.round_target_pct:g}% (the standard error of its median round ratio), up to {res.round_cap}x "
+               "them" if res.round_target_pct else "")
             + (f"; a worker run whose pairs judged an entry slower or faster took {res.confirm_pairs} confirming "
                f"pairs of fresh workers{' from fresh servers' if res.workers == 'forked' else ''}"
                f"{' (passes of their own)' if res.passes else ''}, its entries "
@@ -303,6 +306,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "confirm_pairs": res.confirm_pairs, "confirm_confidence": res.confirm_confidence, "workers": res.workers,
         "same_cpus": res.same_cpus, "passes": res.passes,
         "time_budget_s": res.time_budget_s,
+        "round_target_pct": res.round_target_pct or None, "round_cap": res.round_cap or None,
         "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None, "passes_done": res.passes_done,
         "scope": list(res.scope),
         "mem_total_gib": list(res.mem_total_gib) if res.mem_total_gib else None,
@@ -392,6 +396,8 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        confirm_pairs=int(data.get("confirm_pairs") or 0), workers=str(data.get("workers") or "exec"),
                        same_cpus=bool(data.get("same_cpus")), passes=bool(data.get("passes")),
                        time_budget_s=None if data.get("time_budget_s") is None else float(data["time_budget_s"]),
+                       round_target_pct=float(data.get("round_target_pct") or 0.0),
+                       round_cap=int(data.get("round_cap") or 0),
                        stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None,
                        passes_done=None if data.get("passes_done") is None else int(data["passes_done"]),
                        scope=[str(s) for s in data.get("scope") or []],

@@ -140,6 +140,10 @@ class ABResult:
     passes: bool = False  # rounds mode: pair p of every worker run in session p (ab/passes.py), not back to back
     # in passes: the seconds of measuring that the first and further passes were to fit (ab/budget.py); None: no budget
     time_budget_s: float | None = None
+    # rounds mode: a pair's rounds went on until every entry's pair ratio was known to this standard
+    # error, in % (gate.pairs.RoundTarget), up to round_cap x its family's rounds; 0: the family's rounds
+    round_target_pct: float = 0.0
+    round_cap: int = 0
     # the signal that stopped the session before its end (rounds mode): rows are its finished worker runs'
     stopped_by: int | None = None
     passes_done: int | None = None  # in passes, the passes that ran to their end (of a stopped run: before the stop)
@@ -521,10 +525,10 @@ def head_axis_args(head_axis: str | None, pytest_args: Sequence[str]) -> tuple[l
 
 
 def in_session_names(pairs: int, max_pairs: int, confirm_pairs: int, passes: bool, same_cpus: bool,
-                     rewarm: bool) -> list[str]:
+                     rewarm: bool, round_target_pct: float = 0.0) -> list[str]:
     """The settings a head's session is handed: further and confirming pairs where it takes them
     back to back (not in passes: those are passes of their own), with the confidence they read;
-    the same CPUs and no rewarm where asked for."""
+    the same CPUs, no rewarm and a pair's rounds to a target where asked for."""
     names = ["max_pairs", "target_resolution"] if max_pairs > pairs and not passes else []
     if confirm_pairs and not passes:
         names += ["confirm_pairs", "threshold"]
@@ -534,6 +538,8 @@ def in_session_names(pairs: int, max_pairs: int, confirm_pairs: int, passes: boo
         names.append("same_cpus")
     if not rewarm:
         names.append("rewarm")
+    if round_target_pct:
+        names += ["round_target", "round_cap"]
     return names
 
 
@@ -559,7 +565,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            target_pct: float = DEFAULTS.target_resolution, confirm_pairs: int = 0, workers: str = DEFAULTS.workers,
            same_cpus: bool = False, passes: bool = False, time_budget_s: float | None = DEFAULTS.time_budget,
            confirm_confidence: float | None = DEFAULTS.confirm_confidence,
-           rewarm: bool = DEFAULTS.rewarm, scope: str = DEFAULTS.scope) -> ABResult:
+           rewarm: bool = DEFAULTS.rewarm, scope: str = DEFAULTS.scope,
+           round_target_pct: float = DEFAULTS.round_target, round_cap: int = DEFAULTS.round_cap) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -581,7 +588,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     of all of a worker run's pairs back to back in one session. ``time_budget_s`` (in passes): the
     further pairs are those that fit that many seconds of measuring, where they bring the most
     entries to ``target_pct`` per second (numabench.ab.budget; confirming pairs beyond it).
-    ``rewarm`` (rounds mode): each timed round after an untimed step of its own side. ``scope``
+    ``rewarm`` (rounds mode): each timed round after an untimed step of its own side.
+    ``round_target_pct`` (rounds mode; 0: off): each pair takes rounds until every entry's pair
+    ratio is known to that standard error, at most ``round_cap`` x its family's rounds. ``scope``
     "diff": with the smoke tier selected, the families whose code differs between the sides run
     their ci slice (numabench.ab.scope); "given": the selection as it is. The settings'
     defaults are numabench.ab.settings.ABSettings'; those that numabench ab's command line decides
@@ -611,6 +620,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     if time_budget_s is not None and (not passes or not time_budget_s > 0):
         raise UsageError(f"--time-budget {time_budget_s:g} s: allowed a time > 0 with --passes (its further pairs "
                          "are passes that fit it)")
+    if round_target_pct and (interleave != "rounds" or head_axis):
+        raise UsageError(f"--round-target {round_target_pct:g}%: allowed with --interleave=rounds and without "
+                         "--head-axis (a pair's rounds alternate between the sides there only)")
     if max_pairs and (max_pairs < pairs or interleave != "rounds" or head_axis):
         raise UsageError(f"--max-pairs {max_pairs}: allowed a number >= --pairs ({pairs}), with --interleave=rounds "
                          "and without --head-axis (further pairs are per worker run of one session)")
@@ -655,8 +667,9 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                 # (the base's checkout: invoke_interleaved; the pass's pair: invoke_in_passes)
                 session_args = session_items(ABSettings(
                     max_pairs=max_pairs, target_resolution=target_pct, confidence=confidence,
-                    confirm_pairs=confirm_pairs, threshold=threshold_pct, same_cpus=same_cpus, rewarm=rewarm),
-                    in_session_names(pairs, max_pairs, confirm_pairs, passes, same_cpus, rewarm))
+                    confirm_pairs=confirm_pairs, threshold=threshold_pct, same_cpus=same_cpus, rewarm=rewarm,
+                    round_target=round_target_pct, round_cap=round_cap),
+                    in_session_names(pairs, max_pairs, confirm_pairs, passes, same_cpus, rewarm, round_target_pct))
                 session_args += ["--numa-forkserver"] if workers == "forked" else []
                 try:
                     if passes:
@@ -697,6 +710,7 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         if interleave == "rounds":
             res.confirm_pairs, res.workers, res.same_cpus, res.passes = confirm_pairs, workers, same_cpus, passes
             res.confirm_confidence = confirm_confidence if confirm_pairs else None
+            res.round_target_pct, res.round_cap = round_target_pct, round_cap if round_target_pct else 0
         res.stopped_by = stopped_by
         res.scope = scope_lines
         res.passes_done = measured.get("passes_done") if passes and interleave == "rounds" else None

@@ -73,6 +73,8 @@ class Verdicts(OpenObject):
     same_cpus: bool | None = None
     passes: bool | None = None
     time_budget_s: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False)] | None = None
+    round_target_pct: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] | None = None
+    round_cap: Annotated[int, Field(ge=1, le=100)] | None = None
     stopped_by: SignalName | None = None
     passes_done: Pairs | None = None
     scope: list[Text] | None = None
@@ -94,6 +96,8 @@ AB_FIELD_RULES = {
     "max_pairs": f"allowed a whole number from 0 up to {MOST_PAIRS}",
     "confirm_pairs": f"allowed a whole number from 0 up to {MOST_PAIRS}",
     "threshold_pct": "allowed a percentage from 0 to 100", "coarsest_pct": "allowed a percentage > 0, up to 100",
+    "round_target_pct": "allowed a percentage > 0, up to 100 (null: off)",
+    "round_cap": "allowed a whole number from 1 to 100 (null: off)",
     "confidence": "allowed a probability between 0 and 1", "confirm_confidence": "allowed a probability between 0 and 1",
 }
 

@@ -62,6 +62,17 @@ def _pct(option: str, example: str, positive: bool) -> Callable[[str], float]:
     return parse
 
 
+def _bounded_pct(option: str, setting: str) -> Callable[[str], float]:
+    """A percentage for ``option`` ('0.3%' or '0.3') in the range numabench.bounds declares for ``setting``."""
+    def parse(text: str) -> float:
+        try:
+            value = parse_pct(str(text))
+        except UsageError:
+            value = -1.0
+        return bounds.check(setting, value, f"{option} {text}")
+    return parse
+
+
 def _fraction(option: str) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
@@ -216,6 +227,15 @@ class ABSettings:
         "first (the verdict itself is the threshold's: same only within it)", _pct("--coarsest", "10%", positive=True),
         show=_show_pct,
         metavar="PCT")
+    round_target: float = _setting(
+        0.0, "round-target", "rounds mode: each pair takes rounds beyond its family's until every entry's pair ratio "
+        "is known to PCT (the standard error of the median of its round-by-round ratios, read from their spread), "
+        "at most --round-cap times the family's rounds: where an entry's pairs spread by round-to-round noise "
+        "(numabench.tools.ab_noise), rounds go where the rounds differ (0: the family's rounds only)",
+        _bounded_pct("--round-target", "round_target"), show=_show_pct, metavar="PCT")
+    round_cap: int = _setting(
+        4, "round-cap", "with --round-target: a pair's rounds at most N times its family's",
+        _bounded("--round-cap", "round_cap"), metavar="N")
     base_env: tuple[tuple[str, str], ...] = _setting(
         (), "base-env", "a variable for the base's workers only (repeatable)", _env_items("--base-env"),
         metavar="NAME=VALUE", repeat=True, default_text="none")
@@ -304,7 +324,7 @@ def passes(ns: argparse.Namespace) -> bool:
 
 # what a head's session reads of the settings (the rest is numabench ab's own)
 SESSION_SETTINGS = ("max_pairs", "target_resolution", "confidence", "confirm_pairs", "threshold", "same_cpus",
-                    "rewarm", "base_env", "head_env")
+                    "rewarm", "round_target", "round_cap", "base_env", "head_env")
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,8 @@ MIN_RUNS = 2
 NOISE_MULTIPLE = 3.0
 DEFAULT_COARSEST_PCT = 10.0
 GATED, INSUFFICIENT, INFORMATIONAL = "gated", "insufficient data", "informational"
-_IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations
-_MEDIAN_EFFICIENCY = 1.2533  # standard error of a median / that of a mean, normal samples
+IQR_TO_SIGMA = 1.349  # IQR of a normal distribution in standard deviations
+MEDIAN_EFFICIENCY = 1.2533  # standard error of a median / that of a mean, normal samples
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,8 @@ def spread_pct(medians: Sequence[float], rounds: Sequence[float] = ()) -> float:
     per_invocation = len(rounds) // len(medians)
     if per_invocation >= 4:
         q = statistics.quantiles(rounds, n=4)
-        sigma = (q[2] - q[0]) / _IQR_TO_SIGMA
-        floor = _MEDIAN_EFFICIENCY * sigma / math.sqrt(per_invocation) / center * 100
+        sigma = (q[2] - q[0]) / IQR_TO_SIGMA
+        floor = MEDIAN_EFFICIENCY * sigma / math.sqrt(per_invocation) / center * 100
     return max(between, floor)
 
 

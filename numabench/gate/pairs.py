@@ -62,12 +62,14 @@ import functools
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from numabench.bounds import MIN_PAIRS
-from numabench.gate.rule import FASTER, SAME, SLOWER
+from numabench.gate.band import IQR_TO_SIGMA, MEDIAN_EFFICIENCY
+from numabench.gate.rule import FASTER, SAME, SLOWER, UNRESOLVED
 
-UNRESOLVED = "unresolved"
+# a pair's rounds below which round_ratio_error knows nothing (quartiles of fewer say little)
+MIN_ROUNDS_FOR_ERROR = 8
 AB_VERDICTS = (SLOWER, FASTER, UNRESOLVED, SAME)
 INTERVAL = "t on log pair ratios"
 # what each pair's ratio head/base is (module docstring): of the rounds mode's rounds, or of medians
@@ -219,6 +221,35 @@ def round_ratio(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> f
     if bad:
         raise ValueError(f"round {bad[0]!r}: allowed a time > 0 seconds")
     return statistics.median(h / b for b, h in zip(base_rounds, head_rounds))
+
+
+def round_ratio_error(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> float:
+    """How well a pair's rounds know its ``round_ratio``: the standard error of the median of
+    their log round ratios (about a fraction: 0.003 is 0.3%), from their spread read robustly,
+    MEDIAN_EFFICIENCY x sigma (their IQR / IQR_TO_SIGMA) / sqrt(rounds); infinite under
+    MIN_ROUNDS_FOR_ERROR rounds, whose quartiles say nothing."""
+    if len(base_rounds) != len(head_rounds):
+        raise ValueError(f"{len(base_rounds)} base and {len(head_rounds)} head rounds: allowed as many of each")
+    if len(base_rounds) < MIN_ROUNDS_FOR_ERROR:
+        return math.inf
+    logs = [math.log(h / b) for b, h in zip(base_rounds, head_rounds) if b > 0 and h > 0]
+    if len(logs) < len(base_rounds):  # a zero or negative time: nothing is known
+        return math.inf
+    q = statistics.quantiles(logs, n=4)
+    return MEDIAN_EFFICIENCY * (q[2] - q[0]) / IQR_TO_SIGMA / math.sqrt(len(logs))
+
+
+@dataclass(frozen=True)
+class RoundTarget:
+    """A pair of the rounds mode takes rounds until every entry's ratio is known to
+    ``error_pct`` (``round_ratio_error``) or it has ``most_rounds``: where a pair's spread is
+    its rounds' (numabench.ab.noise), rounds spent where the rounds differ narrow the pairs."""
+    error_pct: float
+    most_rounds: int
+
+    def met(self, entries: Iterable[tuple[Sequence[float], Sequence[float]]]) -> bool:
+        """Whether each entry's (base rounds, head rounds) of this pair so far are known to the target."""
+        return all(round_ratio_error(b, h) * 100 <= self.error_pct for b, h in entries)
 
 
 def judge(base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float, confidence: float,

@@ -19,6 +19,7 @@ from numabench import faults as faultlib
 from numabench.cases import Case, CaseResult, Rank, RankPlacement, retired_env_error
 from numabench.errors import PlacementError, UsageError, WorkerError
 from numabench.families.base import Family, WorkerSpec, ab_pair_cpus
+from numabench.gate.pairs import RoundTarget
 from numabench.replies import SetupDone
 from numabench.machine.capabilities import Capabilities
 from numabench.machine.topology import Topology
@@ -72,7 +73,8 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
               spec_extra: dict[str, Any] | None = None, rank_nodes: list[int] | None = None,
               rank_gpus: list[int] | None = None,
               verified: dict[str, dict[str, Any] | None] | None = None,
-              rewarm: bool = False, same_cpus_pair: int | None = None) -> dict[str, list[CaseResult]]:
+              rewarm: bool = False, same_cpus_pair: int | None = None,
+              round_target: RoundTarget | None = None) -> dict[str, list[CaseResult]]:
     """run_variants for several sides at once (numabench.workers.sides: whose code the workers
     run): each side's workers start and set up together, each side's placement is checked, and
     the timed rounds alternate between the sides (A B, B A, ...) and, inside a side, between the
@@ -86,7 +88,11 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
     (``Family.rewarm_every_round``).
     ``same_cpus_pair``: the pair's number in a same-runner A/B whose sides share CPUs: each rank of
     a case whose family gives it ``step_threads`` runs on that many CPUs, the same for every side
-    (numabench.families.base.ab_pair_cpus)."""
+    (numabench.families.base.ab_pair_cpus).
+    ``round_target``: with two sides, rounds beyond ``rounds`` until every variant's phases have a
+    round-by-round ratio known to its error (numabench.gate.pairs.RoundTarget), at most its most."""
+    if round_target is not None and (len(sides) != 2 or round_target.most_rounds < rounds):
+        raise ValueError(f"round_target {round_target}: allowed with 2 sides and most_rounds >= rounds ({rounds})")
     if not sides or len({s.label for s in sides}) != len(sides):
         raise ValueError(f"sides {[s.label for s in sides]}: allowed one or more, each label once")
     ranks: list[Rank] = family.ranks(case, topology)
@@ -197,7 +203,8 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
         rewarmed = [rewarm] * len(payloads)  # per variant: its timed steps after an untimed one
         untimed_s = [0.0] * len(payloads)  # per variant: its longest untimed step of the first round
         step_requests = warmup * len(payloads) * len(labels)
-        for n in range(rounds):
+        n = 0
+        while wants_round(n, rounds, round_target, phases, labels):
             for label in round_order(labels, n):
                 for k, payload in enumerate(payloads):
                     if rewarmed[k]:
@@ -218,6 +225,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
             if n == 0:
                 rewarmed = [r and (family.rewarm_every_round or took < REWARM_BELOW_S)
                             for r, took in zip(rewarmed, untimed_s)]
+            n += 1
         steps_s = time.perf_counter() - t_steps
         t_close = time.perf_counter()
         for group in groups.values():  # every side's workers tear down at once, not one side after the other
@@ -233,7 +241,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
                     invocation_cpus=[[c.most_common(1)[0][0] if c else None for c in step_cpus[s.label]]],
                     placement=placements[s.label], launcher=how + (" (forked)" if s.fork_socket else ""),
                     commands=commands[s.label], slowdown=slowdowns[s.label],
-                    rewarmed=[rewarmed[k] and rounds > 1] if rewarm else [],
+                    rewarmed=[rewarmed[k] and n > 1] if rewarm else [],
                     extra=place_note(case, topology)))
     # The run's cost, for time plans: fixed (start, set-up, checks, teardown) and per step request
     t_end = time.perf_counter()
@@ -246,6 +254,20 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
             r.fixed_parts_s = parts
             r.invocation_walls_s = [(round(fixed_s, 3), round(steps_s, 3))]
     return results
+
+
+def wants_round(taken: int, rounds: int, round_target: RoundTarget | None,
+                phases: dict[str, list[dict[str, list[float]]]], labels: Sequence[str]) -> bool:
+    """Whether a run that has timed ``taken`` rounds times another: up to ``rounds``, then, with a
+    ``round_target`` (two sides), while some variant's phase has a round-by-round ratio it does not
+    know to the target yet, up to its most rounds. ``phases``: per side label, per variant, the
+    phases' rounds so far."""
+    if taken < rounds:
+        return True
+    if round_target is None or taken >= round_target.most_rounds:
+        return False
+    first, second = (phases[label] for label in labels)
+    return not round_target.met([(a[ph], b[ph]) for a, b in zip(first, second) for ph in a if ph in b])
 
 
 def worker_argv(side: WorkerSide, family_key: str) -> list[str]:
