@@ -85,3 +85,20 @@ def test_the_tool_prints_the_split_of_a_kept_session_and_refuses_what_is_not_one
     bad = subprocess.run([sys.executable, "-m", "numabench.tools.ab_noise", str(tmp_path / "bad.json")], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("ab_noise: ")
+
+
+def test_pairs_of_unequal_rounds_split_by_each_pair_s_own_rounds():
+    """--round-target gives pairs different rounds: the rounds' part of a pair mean's variance is
+    within^2 / its own rounds. Pairs of 10 and 200 rounds, within 5%, between 1%: the between part
+    is found (taken as within^2 / the fewest rounds, the rounds' part would swallow it: 0)."""
+    rng = random.Random(11)
+    base, head = [], []
+    for rounds in [10, 200] * 100:
+        b, h = synthetic(rng, 1, rounds, 0.05, 0.01)
+        base += b
+        head += h
+    spread = spread_of("x", base, head)
+    assert (spread.rounds, spread.most_rounds, spread.rounds_text) == (10, 200, "10-200")
+    assert spread.within_sd == pytest.approx(0.05, rel=0.1)
+    assert spread.between_sd == pytest.approx(0.01, rel=0.35)
+    assert "200x10-200" in "\n".join(table([spread]))

@@ -42,6 +42,11 @@ class Spread:
     within_sd: float  # round to round, inside a pair
     between_sd: float  # pair to pair, beyond what the rounds explain
     pair_sd: float  # of the pairs' ratios as the gate takes them (median of the rounds), observed
+    most_rounds: int = 0  # the most any pair had (numabench ab --round-target varies them); 0: as ``rounds``
+
+    @property
+    def rounds_text(self) -> str:
+        return f"{self.rounds}" if self.most_rounds <= self.rounds else f"{self.rounds}-{self.most_rounds}"
 
     @property
     def pairs_part(self) -> float:
@@ -82,9 +87,11 @@ def spread_of(name: str, base_rounds: Sequence[Sequence[float]], head_rounds: Se
     rounds = min(len(x) for x in logs)
     within = statistics.fmean(statistics.variance(x) for x in logs)
     means = [statistics.fmean(x) for x in logs]
-    between = max(0.0, statistics.variance(means) - within / rounds)
+    # a pair of R rounds has a mean of variance s_b^2 + s_w^2 / R: pairs of unequal rounds, the mean of 1 / R
+    between = max(0.0, statistics.variance(means) - within * statistics.fmean(1 / len(x) for x in logs))
     pair_logs = [math.log(round_ratio(b, h)) for b, h in zip(base_rounds, head_rounds)]  # as the gate takes them
-    return Spread(name, len(logs), rounds, math.sqrt(within), math.sqrt(between), statistics.stdev(pair_logs))
+    return Spread(name, len(logs), rounds, math.sqrt(within), math.sqrt(between), statistics.stdev(pair_logs),
+                  max(len(x) for x in logs))
 
 
 def session_spreads(run: Mapping[str, Any]) -> list[Spread]:
@@ -105,7 +112,7 @@ def table(spreads: Iterable[Spread], pairs: Sequence[int] = (3, 6, 12), rounds: 
     cols = [(p, r) for p in pairs for r in rounds]
     head = ["entry", "pairs x rounds", "within %", "between %", "pair sd %", "between share",
             *(f"res {p}x{r} %" for p, r in cols)]
-    rows = [[s.name.split("::")[-1], f"{s.pairs}x{s.rounds}", f"{s.within_sd * 100:.2f}", f"{s.between_sd * 100:.2f}",
+    rows = [[s.name.split("::")[-1], f"{s.pairs}x{s.rounds_text}", f"{s.within_sd * 100:.2f}", f"{s.between_sd * 100:.2f}",
              f"{s.pair_sd * 100:.2f}", f"{s.between_share:.0%}",
              *(f"{s.resolution_at(p, r, confidence):.2f}" for p, r in cols)] for s in spreads]
     return format_table(head, rows)
