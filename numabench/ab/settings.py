@@ -52,16 +52,6 @@ def _bounded(option: str, setting: str) -> Callable[[str], int]:
     return parse
 
 
-def _pct(option: str, example: str, positive: bool) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = parse_pct(str(text))
-        except UsageError:
-            value = -1.0
-        return bounds.check("coarsest" if positive else "threshold", value, f"{option} {text}")
-    return parse
-
-
 def _bounded_pct(option: str, setting: str) -> Callable[[str], float]:
     """A percentage for ``option`` ('0.3%' or '0.3') in the range numabench.bounds declares for ``setting``."""
     def parse(text: str) -> float:
@@ -71,6 +61,11 @@ def _bounded_pct(option: str, setting: str) -> Callable[[str], float]:
             value = -1.0
         return bounds.check(setting, value, f"{option} {text}")
     return parse
+
+
+def _pct(option: str, example: str, positive: bool) -> Callable[[str], float]:
+    """A resolution (``positive``: > 0) or a threshold for ``option``."""
+    return _bounded_pct(option, "coarsest" if positive else "threshold")
 
 
 def _fraction(option: str) -> Callable[[str], float]:
