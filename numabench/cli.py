@@ -35,6 +35,7 @@ from numabench.interrupts import Stopped, put_back, restore_interrupts, stop_on_
 from numabench.redact import redact_text
 from numabench.numerals import integer
 from numabench.gate.rule import DEFAULT_COARSEST, DEFAULT_THRESHOLD
+from numabench.gate.pairs import PAIR_RATIO, PAIR_RATIOS
 from numabench.ab import settings as ab_settings
 from numabench.gate.formats import FORMAT_HELP, FORMATS
 
@@ -320,7 +321,8 @@ def cmd_ab(ns: argparse.Namespace) -> int:
     if ns.rejudge is not None:
         return rejudge_session(ns)
     if ns.pair_ratio is not None:
-        raise UsageError("--pair-ratio goes with --rejudge SESSION (a measured run judges each pair round by round)")
+        raise UsageError("--pair-ratio goes with --rejudge SESSION (a measured run judges each pair by its ABBA quads "
+                         "of rounds)")
     if ns.base is None:
         raise UsageError("ab needs BASE (a git revision), --show FILE (a saved A/B run) or --rejudge SESSION (a kept "
                          "session)")
@@ -403,7 +405,7 @@ def rejudge_session(ns: argparse.Namespace) -> int:
     settings = ab_settings.from_namespace(ns)  # --pairs: each entry's first this many; not given: every pair
     res = rejudge(run, ns.rejudge, pairs=None if ns.pairs is None else settings.pairs,
                   threshold_pct=settings.threshold, confidence=settings.confidence, coarsest_pct=settings.coarsest,
-                  pair_ratio=ns.pair_ratio or "rounds", confirm_confidence=settings.confirm_confidence)
+                  pair_ratio=ns.pair_ratio or PAIR_RATIO, confirm_confidence=settings.confirm_confidence)
     if ns.json:
         try:
             Path(ns.json).write_text(json.dumps(to_json(res), indent=2) + "\n")
@@ -744,9 +746,10 @@ def build_parser() -> OneLineParser:
     p.add_argument("--rejudge", default=None, metavar="SESSION",
                    help="judge a kept session (what --session-json wrote) again, measuring nothing: with --pairs, "
                         "--threshold, --confidence, --confirm-confidence, --coarsest, --pair-ratio")
-    p.add_argument("--pair-ratio", choices=("rounds", "medians"), default=None,
-                   help="with --rejudge: each pair's ratio the median of its round-by-round ratios (default, as a "
-                        "measured run judges) or the ratio of its medians")
+    p.add_argument("--pair-ratio", choices=tuple(PAIR_RATIOS), default=None,
+                   help="with --rejudge: each pair's ratio the median over its ABBA quads of rounds (quads: default, as "
+                        "a measured run judges), the median of its round-by-round ratios (rounds: as runs were judged "
+                        "before quads) or the ratio of its medians")
     p.add_argument("--session-json", default=None, metavar="PATH",
                    help="also keep the session's pytest-benchmark JSON here (rounds mode; in passes, theirs merged): "
                         "each entry's base "

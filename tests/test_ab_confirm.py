@@ -214,10 +214,10 @@ def test_a_session_confirms_a_changed_run_with_fresh_pairs(tmp_path, threshold, 
     assert len(walls) == pairs and all(fixed > 0 and steps >= (0.1 if slow else 0) * len(b)
                                        for (fixed, steps), b in zip(walls, base_rounds))
     assert extra["ab_base"]["head_env"] == {} and extra["ab_base"]["head_injected_slowdown"] == 1.0
-    # the kept session judged again: its 3 pairs and the confirming ones as they ran, round by round
+    # the kept session judged again: its 3 pairs and the confirming ones as they ran, by quads of rounds
     res = rejudge(json.loads(out.read_text()), str(out), threshold_pct=1.0)
     (row,) = res.rows
-    assert res.pairs == 3 and res.pair_ratio == "rounds" and len(row.base_s) == pairs
+    assert res.pairs == 3 and res.pair_ratio == "quads" and len(row.base_s) == pairs
     assert row.confirmation_pairs == pairs - 3
     assert row.verdict == FASTER and row.ratio < 0.1 if slow else 0.5 < row.ratio < 2  # the same code: no change
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from numabench.ab.noise import session_spreads, spread_of, table
-from numabench.gate.pairs import judge_ratios, round_ratio
+from numabench.gate.pairs import judge_ratios, quad_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = ROOT / "tests" / "data" / "ab" / "cpu-aa-smoke-3pairs.session.json"
@@ -60,7 +60,7 @@ def test_at_its_own_pairs_and_rounds_it_gives_the_gate_s_resolution():
     assert len(spreads) == 3
     for bench in run["benchmarks"]:
         ab = bench["extra_info"]["ab_base"]
-        ratios = [round_ratio(b, h) for b, h in zip(ab["invocation_rounds_s"], ab["head_invocation_rounds_s"])]
+        ratios = [quad_ratio(b, h) for b, h in zip(ab["invocation_rounds_s"], ab["head_invocation_rounds_s"])]
         s = spreads[bench["fullname"]]
         assert s.pair_sd == pytest.approx(statistics.stdev(math.log(r) for r in ratios), rel=1e-6)
         assert s.resolution_at(s.pairs, s.rounds) == pytest.approx(judge_ratios(ratios, 1.0, 0.95).resolution_pct,

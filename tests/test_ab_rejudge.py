@@ -29,9 +29,11 @@ def kept(true_ratio: float = 1.03, pairs: int = 6, **extra) -> dict:
 def test_a_kept_session_is_judged_round_by_round_or_by_medians_on_the_same_pairs():
     res = rejudge(kept(), "s.json")
     (row,) = res.rows
-    assert res.pairs == 6 and res.pair_ratio == "rounds" and row.verdict == SLOWER
+    assert res.pairs == 6 and res.pair_ratio == "quads" and row.verdict == SLOWER
     assert row.ratio == pytest.approx(1.03) and res.hardware_key == "H200x1_test"
     assert res.head.commit.startswith("b232012") and res.head.env == {"NUMABENCH_INJECT_SLOWDOWN": "1.03"}
+    by_rounds = rejudge(kept(), "s.json", pair_ratio="rounds")  # as runs were judged before quads
+    assert by_rounds.pair_ratio == "rounds" and "round-by-round ratios" in render_text(by_rounds)
     by_medians = rejudge(kept(), "s.json", pair_ratio="medians")
     assert by_medians.pair_ratio == "medians" and by_medians.rows[0].verdict == UNRESOLVED
     text = render_text(res)
@@ -45,7 +47,7 @@ def test_its_first_pairs_alone_and_another_threshold():
     assert rejudge(kept(), "s.json", threshold_pct=5.0).rows[0].verdict != SLOWER  # 3% is within 5%
     with pytest.raises(UsageError, match="--pairs 7: s.json has 6 pairs at most: allowed 2 to 6"):
         rejudge(kept(), "s.json", pairs=7)
-    with pytest.raises(UsageError, match="--pair-ratio quantile: allowed rounds, medians"):
+    with pytest.raises(UsageError, match="--pair-ratio quantile: allowed quads, rounds, medians"):
         rejudge(kept(), "s.json", pair_ratio="quantile")
     with pytest.raises(UsageError, match="no entry has extra_info.ab_base"):
         rejudge({"benchmarks": [{"fullname": A, "stats": {"median": 1e-3}, "extra_info": {}}]}, "run.json")

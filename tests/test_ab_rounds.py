@@ -90,14 +90,18 @@ def test_a_pair_s_ratio_error_reads_the_spread_of_its_round_ratios():
     steady = [1e-3] * 20
     assert round_ratio_error(steady, steady) == 0.0
     assert round_ratio_error(steady[:MIN_ROUNDS_FOR_ERROR - 1], steady[:MIN_ROUNDS_FOR_ERROR - 1]) == math.inf
-    # round ratios alternating 1.1 and 1/1.1: sigma (IQR / 1.349) of their logs, as the median's error
-    head = [1e-3 * (1.1 if i % 2 else 1 / 1.1) for i in range(20)]
+    # quads (rounds 2j, 2j+1) alternating 1.1 and 1/1.1: sigma (IQR / 1.349) of their logs, as the
+    # median's error over the 10 quads
+    head = [1e-3 * (1.1 if i % 4 < 2 else 1 / 1.1) for i in range(20)]
     iqr = 2 * math.log(1.1)
-    assert round_ratio_error(steady, head) == pytest.approx(1.2533 * iqr / 1.349 / math.sqrt(20), rel=1e-3)
+    assert round_ratio_error(steady, head) == pytest.approx(1.2533 * iqr / 1.349 / math.sqrt(10), rel=1e-3)
     assert round_ratio_error(steady, [0.0] + head[1:]) == math.inf  # a zero time: nothing known
-    target = RoundTarget(error_pct=5.0, most_rounds=40)
-    assert target.met([(steady, steady), (steady, head)])  # about 4.1%
-    assert not RoundTarget(error_pct=3.0, most_rounds=40).met([(steady, steady), (steady, head)])
+    # a sawtooth (the side that steps second slower by 10%) cancels in every quad: known exactly
+    sawtooth = [1e-3 * (1.1 if i % 2 else 1 / 1.1) for i in range(20)]
+    assert round_ratio_error(sawtooth, [1e-3 * 1.1 * 1.1 / (1.1 if i % 2 else 1 / 1.1) for i in range(20)]) < 0.02
+    target = RoundTarget(error_pct=6.0, most_rounds=40)
+    assert target.met([(steady, steady), (steady, head)])  # about 5.7%
+    assert not RoundTarget(error_pct=5.0, most_rounds=40).met([(steady, steady), (steady, head)])
     with pytest.raises(ValueError, match="rounds: allowed as many of each"):
         round_ratio_error(steady, head[:5])
 
@@ -120,7 +124,7 @@ def test_a_run_times_rounds_while_a_ratio_is_not_known():
     the target (under MIN_ROUNDS_FOR_ERROR rounds nothing is), never beyond the most."""
     target = RoundTarget(error_pct=1.0, most_rounds=12)
     steady = [1e-3] * 8
-    noisy = [1e-3 * (1.1 if i % 2 else 1 / 1.1) for i in range(8)]
+    noisy = [1e-3 * (1.1 if i % 4 < 2 else 1 / 1.1) for i in range(8)]  # quads 1.1, 1/1.1, ...
 
     def phases(head_step, head_copy):
         return {"base": [{"step": steady, "copy": steady}], "head": [{"step": head_step, "copy": head_copy}]}

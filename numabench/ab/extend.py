@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from numabench.cases import CaseResult
-from numabench.gate.pairs import MIN_PAIRS, judge_ratios, pairs_for_target, round_ratio
+from numabench.gate.pairs import MIN_PAIRS, judge_ratios, pairs_for_target, quad_ratio
 from numabench.gate.rule import FASTER, SLOWER
 
 # one pair of a worker run: (the base's results, the head's results), a result per variant
@@ -26,7 +26,7 @@ Pair = tuple[Sequence[CaseResult], Sequence[CaseResult]]
 
 def entry_ratios(pairs: Sequence[Pair]) -> Iterator[tuple[int, str, list[float]]]:
     """Each entry of a worker run (variant index, phase) with its pair ratios head/base, as
-    numabench ab takes them (gate.pairs.round_ratio: round by round), one per pair that timed it
+    numabench ab takes them (gate.pairs.quad_ratio: by ABBA quads of rounds), one per pair that timed it
     on both sides, as many rounds of each, every one > 0."""
     for k in range(len(pairs[0][0]) if pairs else 0):
         for phase in pairs[0][1][k].phases:
@@ -34,7 +34,7 @@ def entry_ratios(pairs: Sequence[Pair]) -> Iterator[tuple[int, str, list[float]]
             for base, head in pairs:
                 b, h = base[k].phases.get(phase) or [], head[k].phases.get(phase) or []
                 if b and len(b) == len(h) and all(v > 0 for v in (*b, *h)):
-                    ratios.append(round_ratio(b, h))
+                    ratios.append(quad_ratio(b, h))
             yield k, phase, ratios
 
 

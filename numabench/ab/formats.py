@@ -171,8 +171,9 @@ def pair_ratio_text(res: ABResult) -> str:
     if res.pair_ratio in PAIR_RATIOS:
         return PAIR_RATIOS[res.pair_ratio]
     by_medians = sum(r.round_ratios is None for r in res.rows)
-    return (f"{PAIR_RATIOS['rounds']}; {by_medians} of {len(res.rows)} entries without both sides' rounds: "
-            f"{PAIR_RATIOS['medians']}")
+    from_rounds = {r.ratios_from for r in res.rows if r.round_ratios is not None}
+    texts = "; ".join(PAIR_RATIOS.get(k, k) for k in sorted(from_rounds))
+    return f"{texts}; {by_medians} of {len(res.rows)} entries without both sides' rounds: {PAIR_RATIOS['medians']}"
 
 
 def summary_lines(res: ABResult) -> list[str]:
@@ -317,7 +318,8 @@ def to_json(res: ABResult) -> dict[str, Any]:
             if r.leans else None, "pairs": len(r.base_s),
             "confirmation_pairs": r.confirmation_pairs, "ratio": r.ratio,
             "interval": [r.low, r.high], "resolution_pct": r.resolution_pct,
-            "pair_ratios": r.pair_ratios, "pair_ratios_from": "rounds" if r.round_ratios is not None else "medians",
+            "pair_ratios": r.pair_ratios,
+            "pair_ratios_from": r.ratios_from if r.round_ratios is not None else "medians",
             "base_medians_s": list(r.base_s), "head_medians_s": list(r.head_s),
             "base_cpus": r.base_cpus, "head_cpus": r.head_cpus,
         } for r in sorted_rows(res)],
@@ -419,7 +421,7 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                                   e["verdict"], None if e["resolution_pct"] is None else float(e["resolution_pct"]),
                                   e.get("fullname") or e["name"], int(e.get("confirmation_pairs") or 0),
                                   _cpus(e.get("base_cpus")), _cpus(e.get("head_cpus")), _round_ratios(e),
-                                  leans=_leans(e)))
+                                  leans=_leans(e), ratios_from=str(e.get("pair_ratios_from") or "medians")))
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{source}: not an A/B run ({type(e).__name__}: {e})") from None
     return res
@@ -435,9 +437,10 @@ def _leans(entry: dict) -> str | None:
 
 
 def _round_ratios(entry: dict) -> list[float] | None:
-    """An entry's round-by-round pair ratios as saved (``pair_ratios_from`` "rounds"), else None
-    (those of its medians, or saved before pairs were judged round by round)."""
-    if entry.get("pair_ratios_from") != "rounds":
+    """An entry's pair ratios from its rounds as saved (``pair_ratios_from`` "quads", or "rounds" as
+    runs judged before quads saved them), else None (those of its medians, or saved before pairs were
+    judged from their rounds)."""
+    if entry.get("pair_ratios_from") not in ("quads", "rounds"):
         return None
     ratios = entry.get("pair_ratios")
     if not (isinstance(ratios, list) and len(ratios) == len(entry["base_medians_s"])

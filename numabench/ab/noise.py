@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from numabench.ab.settings import DEFAULTS
 from numabench.gate.formats import format_table
-from numabench.gate.pairs import MIN_PAIRS, round_ratio, t_quantile
+from numabench.gate.pairs import MIN_PAIRS, quad_ratio, t_quantile
 
 @dataclass(frozen=True)
 class Spread:
@@ -89,7 +89,7 @@ def spread_of(name: str, base_rounds: Sequence[Sequence[float]], head_rounds: Se
     means = [statistics.fmean(x) for x in logs]
     # a pair of R rounds has a mean of variance s_b^2 + s_w^2 / R: pairs of unequal rounds, the mean of 1 / R
     between = max(0.0, statistics.variance(means) - within * statistics.fmean(1 / len(x) for x in logs))
-    pair_logs = [math.log(round_ratio(b, h)) for b, h in zip(base_rounds, head_rounds)]  # as the gate takes them
+    pair_logs = [math.log(quad_ratio(b, h)) for b, h in zip(base_rounds, head_rounds)]  # as the gate takes them
     return Spread(name, len(logs), rounds, math.sqrt(within), math.sqrt(between), statistics.stdev(pair_logs),
                   max(len(x) for x in logs))
 

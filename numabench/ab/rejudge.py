@@ -15,7 +15,7 @@ from numabench.errors import UsageError
 from numabench.ab.run import ABResult, Side, confirm_confidence_of, judge_measured
 from numabench.ab.formats import RUN_KEY, recorded_run
 from numabench.ab.session import AB_BASE_KEY, confirming_pairs, interleaved_medians
-from numabench.gate.pairs import MIN_PAIRS, PAIR_RATIOS
+from numabench.gate.pairs import MIN_PAIRS, PAIR_RATIO, PAIR_RATIOS
 from numabench.ab.settings import DEFAULTS
 
 
@@ -43,12 +43,13 @@ def _sides(run: dict[str, Any]) -> tuple[Side, Side]:
 
 def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None,
             threshold_pct: float = DEFAULTS.threshold, confidence: float = DEFAULTS.confidence,
-            coarsest_pct: float = DEFAULTS.coarsest, pair_ratio: str = "rounds",
+            coarsest_pct: float = DEFAULTS.coarsest, pair_ratio: str = PAIR_RATIO,
             confirm_confidence: float | None = None) -> ABResult:
     """The verdicts of a kept session (``run``: its JSON, read from ``source``): on every pair
     each entry has, its confirming pairs as they ran (``pairs`` None), or on its first ``pairs``
-    pairs alone (confirming pairs not told apart); each pair's ratio ``pair_ratio``: "rounds"
-    (round by round, where both sides' rounds are kept) or "medians". Entries with confirming pairs
+    pairs alone (confirming pairs not told apart); each pair's ratio ``pair_ratio`` (gate.pairs.PAIR_RATIOS):
+    "quads" (ABBA quads of rounds, where both sides' rounds are kept), "rounds" (round by round, as
+    runs were judged before quads) or "medians". Entries with confirming pairs
     are judged at ``confirm_confidence`` (default: gate.pairs.confirmed_confidence of ``confidence``)."""
     confirm_confidence = confirm_confidence_of(confidence, confirm_confidence)
     if pair_ratio not in PAIR_RATIOS:
@@ -56,7 +57,8 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None,
     if not any(((b.get("extra_info") or {}).get(AB_BASE_KEY)) for b in run.get("benchmarks") or []):
         raise UsageError(f"--rejudge {source}: no entry has extra_info.{AB_BASE_KEY}: allowed the session JSON that "
                          "numabench ab --session-json kept")
-    measured: dict[str, Any] = interleaved_medians(run, MIN_PAIRS, source)
+    measured: dict[str, Any] = interleaved_medians(run, MIN_PAIRS, source,
+                                                   PAIR_RATIO if pair_ratio == "medians" else pair_ratio)
     confirming = confirming_pairs(run)
     first = recorded_pairs(measured, confirming)
     if pairs is not None:
@@ -80,7 +82,7 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None,
                                   coarsest_pct=coarsest_pct, interleave="rounds", timings_s={}, stopped_by=None,
                                   rejudged_from=source)
     res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, first, confirming,
-                                           confirm_confidence)
+                                           confirm_confidence, PAIR_RATIO if pair_ratio == "medians" else pair_ratio)
     res.confirm_pairs = max(confirming.values(), default=0)
     res.confirm_confidence = confirm_confidence if res.confirm_pairs else None
     keys = {(b.get("extra_info") or {}).get("hardware_key") for b in run.get("benchmarks") or []} - {None}

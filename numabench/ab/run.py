@@ -101,10 +101,12 @@ class ABRow:
     base_cpus: list[list[int | None]] | None = None
     head_cpus: list[list[int | None]] | None = None
     # the pair ratios head/base it was judged on, where they are not head_s / base_s: each pair's
-    # round-by-round ratio (rounds mode; pair_rule.round_ratio). None: those of the medians
+    # ratio from its rounds (rounds mode; pair_rule.quad_ratio). None: those of the medians
     round_ratios: list[float] | None = None
     # an unresolved entry whose interval excludes 1: which way (gate.pairs: SLOWER or FASTER); None: neither
     leans: str | None = None
+    # how round_ratios came from the rounds (gate.pairs.PAIR_RATIOS: quads, or rounds in runs judged before)
+    ratios_from: str = pair_rule.PAIR_RATIO
 
     @property
     def pair_ratios(self) -> list[float]:
@@ -167,10 +169,10 @@ class ABResult:
 
     @property
     def pair_ratio(self) -> str:
-        """What its entries' pair ratios are (pair_rule.PAIR_RATIOS): "rounds" where every entry's
-        came round by round, "medians" where none did, "mixed" between."""
-        by_rounds = {r.round_ratios is not None for r in self.rows}
-        return "mixed" if len(by_rounds) > 1 else "rounds" if by_rounds == {True} else "medians"
+        """What its entries' pair ratios are (pair_rule.PAIR_RATIOS): how every entry's came from its
+        rounds ("quads", or "rounds" in runs judged before), "medians" where none did, "mixed" between."""
+        kinds = {r.ratios_from if r.round_ratios is not None else "medians" for r in self.rows}
+        return kinds.pop() if len(kinds) == 1 else "medians" if not kinds else "mixed"
 
     @property
     def regressions(self) -> list[ABRow]:
@@ -221,12 +223,13 @@ def confirm_confidence_of(confidence: float, given: float | None) -> float:
 def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float,
                 confidence: float, fullname: str = "",
                 first_stage: int | None = None, confirmation_pairs: int = 0,
-                round_ratios: Sequence[float] | None = None, confirm_confidence: float | None = None) -> ABRow:
+                round_ratios: Sequence[float] | None = None, confirm_confidence: float | None = None,
+                ratios_from: str = pair_rule.PAIR_RATIO) -> ABRow:
     """One entry's row from each side's per-pair medians. With ``confirmation_pairs`` (its worker
     run's first pairs judged an entry changed and it ran that many more): judged on all its pairs,
     their own spread, at ``confirm_confidence`` (default pair_rule.confirmed_confidence of
-    ``confidence``). ``round_ratios``: each pair's round-by-round ratio (rounds mode), what it is
-    judged on; else the ratios of the medians."""
+    ``confidence``). ``round_ratios``: each pair's ratio from its rounds (rounds mode; how:
+    ``ratios_from``), what it is judged on; else the ratios of the medians."""
     stein = None if confirmation_pairs else first_stage
     if confirmation_pairs:
         confidence = pair_rule.confirmed_confidence(confidence) if confirm_confidence is None else confirm_confidence
@@ -239,7 +242,8 @@ def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], thr
         j = pair_rule.judge(base_s, head_s, threshold_pct, confidence, stein)
     return ABRow(name, list(base_s), list(head_s), j.ratio, j.low, j.high, j.verdict, j.resolution_pct,
                  fullname or name, confirmation_pairs,
-                 round_ratios=None if round_ratios is None else [float(r) for r in round_ratios], leans=j.leans)
+                 round_ratios=None if round_ratios is None else [float(r) for r in round_ratios], leans=j.leans,
+                 ratios_from=ratios_from)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -480,12 +484,13 @@ def measure(sides: dict[str, Side], pytest_args: Sequence[str], pairs: int, scra
 
 def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: float,
                    confidence: float, pairs: int | None = None, confirming: Mapping[str, int] | None = None,
-                   confirm_confidence: float | None = None) -> tuple[list[ABRow], list[str]]:
+                   confirm_confidence: float | None = None, ratios_from: str = pair_rule.PAIR_RATIO
+                   ) -> tuple[list[ABRow], list[str]]:
     """The rows of the entries both sides measured in each of the first ``pairs`` invocations
     (pair i: base's i-th and head's i-th; default: every invocation), each judged on every pair
     it has, and the full names of those they did not (not judged). ``confirming``: full name ->
     the confirming pairs among its pairs (confirming_pairs), judged at ``confirm_confidence``
-    (judge_pairs)."""
+    (judge_pairs). ``ratios_from``: how ``measured["ratios"]`` came from the rounds."""
     rows: list[ABRow] = []
     missing: list[str] = []
     need = len(measured["base"]) if pairs is None else pairs
@@ -501,7 +506,7 @@ def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: f
                                 threshold_pct, confidence, name, first_stage=need,
                                 confirmation_pairs=(confirming or {}).get(name, 0),
                                 round_ratios=by_rounds if None not in by_rounds else None,
-                                confirm_confidence=confirm_confidence))
+                                confirm_confidence=confirm_confidence, ratios_from=ratios_from))
     return rows, missing
 
 

@@ -45,7 +45,7 @@ class Entry(OpenObject):
     base_medians_s: Annotated[list[Seconds], Field(min_length=1, max_length=MOST_PAIRS)]  # one per pair
     head_medians_s: Annotated[list[Seconds], Field(min_length=1, max_length=MOST_PAIRS)]
     pair_ratios: list[Ratio] | None = None
-    pair_ratios_from: Literal["rounds", "medians"] | None = None
+    pair_ratios_from: Literal["quads", "rounds", "medians"] | None = None
     confirmation_pairs: Pairs | None = None
     base_cpus: list[list[Cpu]] | None = None
     head_cpus: list[list[Cpu]] | None = None

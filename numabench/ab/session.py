@@ -42,11 +42,14 @@ def session_measured(json_path: Path, pairs: int, selection: str = "",
     return measured
 
 
-def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str, list[dict[str, float]]]:
+def interleaved_medians(run: dict, pairs: int, selection: str = "",
+                        pair_ratio: str = pair_rule.PAIR_RATIO) -> dict[str, list[dict[str, float]]]:
     """Each side's per-pair medians from a rounds-interleaved session's run: the head's are the
-    entry's invocation medians, the base's its ``extra_info["ab_base"]``. An entry without
-    ``pairs`` of each is in only the pairs it has (judge_measured lists it as missing); one with
-    more (further pairs of its worker run) is in all of them."""
+    entry's invocation medians, the base's its ``extra_info["ab_base"]``; and each pair's ratio
+    from both sides' rounds (``pair_ratio``: "quads" or "rounds", gate.pairs.RATIO_OF) where kept,
+    under "ratios". An entry without ``pairs`` of each is in only
+    the pairs it has (judge_measured lists it as missing); one with more (further pairs of its
+    worker run) is in all of them."""
     entries = []
     for b in run["benchmarks"]:
         base = ((b.get("extra_info") or {}).get(AB_BASE_KEY) or {}).get("invocation_medians_s") or []
@@ -59,7 +62,7 @@ def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str,
                                                    "head": [{} for _ in range(most)],
                                                    "ratios": [{} for _ in range(most)]}
     for b, head, base in entries:
-        ratios = session_round_ratios(b)
+        ratios = session_round_ratios(b, pair_ratio)
         for i in range(min(len(head), len(base))):  # the pairs it has; judge_measured lists the rest
             measured["head"][i][b["fullname"]] = head[i]
             measured["base"][i][b["fullname"]] = float(base[i])
@@ -70,8 +73,8 @@ def interleaved_medians(run: dict, pairs: int, selection: str = "") -> dict[str,
     return measured
 
 
-def session_round_ratios(bench: dict) -> list[float] | None:
-    """An entry's pair ratios round by round (pair_rule.round_ratio) from both sides' rounds in its
+def session_round_ratios(bench: dict, pair_ratio: str = pair_rule.PAIR_RATIO) -> list[float] | None:
+    """An entry's pair ratios from both sides' rounds (``pair_ratio``: gate.pairs.RATIO_OF) in its
     ``extra_info["ab_base"]``, or None where they are not there for every pair it has (a session
     saved before they were kept, or a pair whose sides ran different numbers of rounds)."""
     ab = (bench.get("extra_info") or {}).get(AB_BASE_KEY) or {}
@@ -80,7 +83,7 @@ def session_round_ratios(bench: dict) -> list[float] | None:
     if not (isinstance(base, list) and isinstance(head, list) and len(base) == len(head) == len(medians)):
         return None
     try:
-        return [pair_rule.round_ratio(b, h) for b, h in zip(base, head)]
+        return [pair_rule.RATIO_OF[pair_ratio](b, h) for b, h in zip(base, head)]
     except (TypeError, ValueError):
         return None
 

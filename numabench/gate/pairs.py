@@ -3,13 +3,19 @@ smallest change this run can resolve for it, and slower / faster / same / unreso
 
 Each pair (one base and one head invocation: fresh workers and buffers on both sides) gives
 one ratio head/base; the pairs are the independent samples. Where the pair's rounds alternate
-between the sides (numabench ab's rounds mode), its ratio is the median over i of round i's
-head/base (``round_ratio``): round i of one side ran right beside round i of the other, so a
-slow spell of the machine that spans a few rounds hits both sides of those rounds alike and
-drops out of their ratios, where a ratio of the two sides' medians keeps it whenever it lasts
-into the one side's rounds more than the other's. On an H200 x1 VM (pinned_alloc, 5 pairs, A/A,
-twice) the median resolution of its 12 entries went from 3.3% to 1.7% and from 6.0% to 3.9%
-(docs/GATE.md). Where the sides ran as separate invocations (ABBA order of whole invocations),
+between the sides (numabench ab's rounds mode), its ratio comes from its rounds, each of one
+side beside the same round of the other, so that a slow spell of the machine that spans a few
+rounds hits both sides of those rounds alike and drops out, where a ratio of the two sides'
+medians keeps it whenever it lasts into the one side's rounds more than the other's (an H200 x1
+VM, pinned_alloc, 5 pairs, A/A, twice: the median resolution of its 12 entries from 3.3% to 1.7%
+and from 6.0% to 3.9%, docs/GATE.md). Since the side that steps first alternates from round to
+round, the ratio is the median over the pair's ABBA quads, rounds 2j and 2j+1, of the head's two
+rounds over the base's two (``quad_ratio``): each side once first and once second in every quad,
+so what stepping second costs (the other side's caches, its threads still spinning) cancels,
+where a median of round-by-round ratios (``round_ratio``, how runs were judged before) takes a
+sawtooth of +k, -k as noise: on the 2-core CPU machine cpu_adam's rounds went 1.30, 1.00, 1.32,
+1.07 ms, and host_membw copy's resolution from 16-21% to 5% (docs/measured/2026-12-ab-gate.md).
+Where the sides ran as separate invocations (ABBA order of whole invocations),
 no round has a partner: the pair's ratio is that of their medians (``pair_ratios``). The
 estimate is the geometric mean of the pair ratios. The interval is Student's t on the log
 ratios:
@@ -68,12 +74,14 @@ from numabench.bounds import MIN_PAIRS
 from numabench.gate.band import IQR_TO_SIGMA, MEDIAN_EFFICIENCY
 from numabench.gate.rule import FASTER, SAME, SLOWER, UNRESOLVED
 
-# a pair's rounds below which round_ratio_error knows nothing (quartiles of fewer say little)
+# a pair's rounds below which round_ratio_error knows nothing (quartiles of fewer quads say little)
 MIN_ROUNDS_FOR_ERROR = 8
 AB_VERDICTS = (SLOWER, FASTER, UNRESOLVED, SAME)
 INTERVAL = "t on log pair ratios"
 # what each pair's ratio head/base is (module docstring): of the rounds mode's rounds, or of medians
-PAIR_RATIOS = {"rounds": "median of its round-by-round ratios", "medians": "ratio of its medians"}
+PAIR_RATIOS = {"quads": "median over its ABBA quads of the head's two rounds over the base's two",
+               "rounds": "median of its round-by-round ratios", "medians": "ratio of its medians"}
+PAIR_RATIO = "quads"  # how numabench ab judges a pair of the rounds mode now
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -211,29 +219,55 @@ def resolution_pct(ratios: Sequence[float], confidence: float) -> float | None:
     return math.expm1(t_interval(ratios, confidence)[2]) * 100
 
 
-def round_ratio(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> float:
-    """One pair's head/base from its rounds, which alternated between the sides (round i of
-    the head beside round i of the base): the median over i of their ratios."""
+def _checked_rounds(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> None:
     if len(base_rounds) != len(head_rounds) or not base_rounds:
         raise ValueError(f"{len(base_rounds)} base and {len(head_rounds)} head rounds: allowed as many of "
                          "each, 1 or more")
     bad = [v for v in (*base_rounds, *head_rounds) if not (v > 0 and math.isfinite(v))]
     if bad:
         raise ValueError(f"round {bad[0]!r}: allowed a time > 0 seconds")
+
+
+def round_ratio(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> float:
+    """One pair's head/base from its rounds, which alternated between the sides (round i of
+    the head beside round i of the base): the median over i of their ratios (runs judged before
+    ``quad_ratio``; numabench ab --rejudge --pair-ratio rounds)."""
+    _checked_rounds(base_rounds, head_rounds)
     return statistics.median(h / b for b, h in zip(base_rounds, head_rounds))
 
 
+def quad_ratios(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> list[float]:
+    """A pair's ABBA quads' ratios: for rounds 2j and 2j+1 (one side first in the one, the other in
+    the other), the head's two rounds over the base's two; a last odd round left out, and a pair of
+    one round its one round's ratio."""
+    _checked_rounds(base_rounds, head_rounds)
+    if len(base_rounds) == 1:
+        return [head_rounds[0] / base_rounds[0]]
+    return [(head_rounds[i] + head_rounds[i + 1]) / (base_rounds[i] + base_rounds[i + 1])
+            for i in range(0, len(base_rounds) - 1, 2)]
+
+
+def quad_ratio(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> float:
+    """One pair's head/base as numabench ab judges it (module docstring): the median of its
+    ``quad_ratios``."""
+    return statistics.median(quad_ratios(base_rounds, head_rounds))
+
+
+RATIO_OF = {"quads": quad_ratio, "rounds": round_ratio}  # a pair's ratio from its rounds, by PAIR_RATIOS key
+
+
 def round_ratio_error(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> float:
-    """How well a pair's rounds know its ``round_ratio``: the standard error of the median of
-    their log round ratios (about a fraction: 0.003 is 0.3%), from their spread read robustly,
-    MEDIAN_EFFICIENCY x sigma (their IQR / IQR_TO_SIGMA) / sqrt(rounds); infinite under
-    MIN_ROUNDS_FOR_ERROR rounds, whose quartiles say nothing."""
+    """How well a pair's rounds know its ``quad_ratio``: the standard error of the median of its
+    log quad ratios (about a fraction: 0.003 is 0.3%), from their spread read robustly,
+    MEDIAN_EFFICIENCY x sigma (their IQR / IQR_TO_SIGMA) / sqrt(quads); infinite under
+    MIN_ROUNDS_FOR_ERROR rounds, whose quartiles say nothing, or with a time that is not > 0."""
     if len(base_rounds) != len(head_rounds):
         raise ValueError(f"{len(base_rounds)} base and {len(head_rounds)} head rounds: allowed as many of each")
     if len(base_rounds) < MIN_ROUNDS_FOR_ERROR:
         return math.inf
-    logs = [math.log(h / b) for b, h in zip(base_rounds, head_rounds) if b > 0 and h > 0]
-    if len(logs) < len(base_rounds):  # a zero or negative time: nothing is known
+    try:
+        logs = [math.log(r) for r in quad_ratios(base_rounds, head_rounds)]
+    except ValueError:  # a zero or negative time: nothing is known
         return math.inf
     q = statistics.quantiles(logs, n=4)
     return MEDIAN_EFFICIENCY * (q[2] - q[0]) / IQR_TO_SIGMA / math.sqrt(len(logs))
@@ -262,7 +296,7 @@ def judge(base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float
 
 def judge_ratios(ratios: Sequence[float], threshold_pct: float, confidence: float,
                  first_stage: int | None = None) -> Judgement:
-    """The verdict of one entry from its pair ratios head/base (``pair_ratios`` or ``round_ratio``
+    """The verdict of one entry from its pair ratios head/base (``pair_ratios`` or ``quad_ratio``
     of each pair), as ``judge``."""
     bad = [r for r in ratios if not (r > 0 and math.isfinite(r))]
     if bad:
