@@ -102,3 +102,16 @@ def test_pairs_of_unequal_rounds_split_by_each_pair_s_own_rounds():
     assert spread.within_sd == pytest.approx(0.05, rel=0.1)
     assert spread.between_sd == pytest.approx(0.01, rel=0.35)
     assert "200x10-200" in "\n".join(table([spread]))
+
+
+def test_what_stepping_second_costs_is_told_apart():
+    """The side that steps first alternates: a 10% cost of stepping second shows as x alternating
+    +-10% (``position``), which the quads the gate judges by cancel (pair sd about 0)."""
+    base, head = [], []
+    for pair in range(4):
+        base.append([1e-3 * (1.1 if (i + pair) % 2 == 0 else 1.0) for i in range(20)])
+        head.append([1e-3 * (1.0 if (i + pair) % 2 == 0 else 1.1) for i in range(20)])
+    spread = spread_of("x", base, head)
+    assert spread.position == pytest.approx(math.log(1.1), rel=1e-6)
+    assert spread.pair_sd == pytest.approx(0.0, abs=1e-12) and spread.within_sd > 0.09
+    assert "2nd side %" in table([spread])[0]

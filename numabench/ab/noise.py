@@ -9,7 +9,12 @@ random-effects split of the x's:
     within  s_w^2 = the mean over pairs of each pair's sample variance of its x's
     between s_b^2 = max(0, var over pairs of the pair means - s_w^2 / R)
 
-The gate judges each pair by the median of its x's. Their observed variance s_m^2 holds s_b^2
+and the part of s_w that is the rounds' order, not noise: which side steps first alternates from
+round to round, and where stepping second costs k, x alternates +k, -k (``position``: half the
+difference between the median x of even and of odd rounds, the median over pairs of its size).
+
+The gate judges each pair by the median over its ABBA quads (gate.pairs.quad_ratio), in which
+that order cancels. Their observed variance s_m^2 holds s_b^2
 and what the rounds add through the median, w = s_m^2 - min(s_b^2, s_m^2), shrinking as 1 / R
 (the rounds' tails make the median's share smaller than a normal model's pi/2 x s_w^2 / R,
 so the observed one is used). So:
@@ -43,6 +48,7 @@ class Spread:
     between_sd: float  # pair to pair, beyond what the rounds explain
     pair_sd: float  # of the pairs' ratios as the gate takes them (median of the rounds), observed
     most_rounds: int = 0  # the most any pair had (numabench ab --round-target varies them); 0: as ``rounds``
+    position: float = 0.0  # what stepping second costs, as x sees it (module docstring); quads cancel it
 
     @property
     def rounds_text(self) -> str:
@@ -90,8 +96,11 @@ def spread_of(name: str, base_rounds: Sequence[Sequence[float]], head_rounds: Se
     # a pair of R rounds has a mean of variance s_b^2 + s_w^2 / R: pairs of unequal rounds, the mean of 1 / R
     between = max(0.0, statistics.variance(means) - within * statistics.fmean(1 / len(x) for x in logs))
     pair_logs = [math.log(quad_ratio(b, h)) for b, h in zip(base_rounds, head_rounds)]  # as the gate takes them
+    # x of even rounds against odd ones: the side that steps first alternates, so a cost of stepping
+    # second shows as +k, -k (a pair of one round has none to show)
+    position = statistics.median(abs(statistics.median(x[0::2]) - statistics.median(x[1::2])) / 2 for x in logs)
     return Spread(name, len(logs), rounds, math.sqrt(within), math.sqrt(between), statistics.stdev(pair_logs),
-                  max(len(x) for x in logs))
+                  max(len(x) for x in logs), position)
 
 
 def session_spreads(run: Mapping[str, Any]) -> list[Spread]:
@@ -110,9 +119,10 @@ def table(spreads: Iterable[Spread], pairs: Sequence[int] = (3, 6, 12), rounds: 
           confidence: float = DEFAULTS.confidence) -> list[str]:
     """Each entry's split and the resolutions other pairs and rounds would give, as text lines."""
     cols = [(p, r) for p in pairs for r in rounds]
-    head = ["entry", "pairs x rounds", "within %", "between %", "pair sd %", "between share",
+    head = ["entry", "pairs x rounds", "within %", "2nd side %", "between %", "pair sd %", "between share",
             *(f"res {p}x{r} %" for p, r in cols)]
-    rows = [[s.name.split("::")[-1], f"{s.pairs}x{s.rounds_text}", f"{s.within_sd * 100:.2f}", f"{s.between_sd * 100:.2f}",
+    rows = [[s.name.split("::")[-1], f"{s.pairs}x{s.rounds_text}", f"{s.within_sd * 100:.2f}",
+             f"{s.position * 100:.2f}", f"{s.between_sd * 100:.2f}",
              f"{s.pair_sd * 100:.2f}", f"{s.between_share:.0%}",
              *(f"{s.resolution_at(p, r, confidence):.2f}" for p, r in cols)] for s in spreads]
     return format_table(head, rows)
