@@ -150,7 +150,7 @@ def rule_line(res: ABResult) -> str:
                f"{f' and up to {res.max_pairs} pairs' if res.max_pairs else ''} (Stein's two-stage rule: an "
                f"interval's width from the first {res.pairs})" if res.time_budget_s is not None else "")
             + (f"; each pair took rounds beyond its family's until every entry's pair ratio was known to "
-               f"{res.round_target_pct:g}% (the standard error of its median round ratio), up to {res.round_cap}x "
+               f"{res.round_target_pct:g}% (the standard error of its median quad ratio), up to {res.round_cap}x "
                "them" if res.round_target_pct else "")
             + (f"; a worker run whose pairs judged an entry slower or faster took {res.confirm_pairs} confirming "
                f"pairs of fresh workers{' from fresh servers' if res.workers == 'forked' else ''}"

@@ -224,7 +224,7 @@ class ABSettings:
         metavar="PCT")
     round_target: float = _setting(
         0.0, "round-target", "rounds mode: each pair takes rounds beyond its family's until every entry's pair ratio "
-        "is known to PCT (the standard error of the median of its round-by-round ratios, read from their spread), "
+        "is known to PCT (the standard error of the median of its ABBA quads' ratios, read from their spread), "
         "at most --round-cap times the family's rounds: where an entry's pairs spread by round-to-round noise "
         "(numabench.tools.ab_noise), rounds go where the rounds differ (0: the family's rounds only)",
         _bounded_pct("--round-target", "round_target"), show=_show_pct, metavar="PCT")
