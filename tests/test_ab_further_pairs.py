@@ -104,8 +104,11 @@ def test_run_ab_asks_the_session_for_further_pairs_only_when_allowed(repo):  # n
 
 @pytest.mark.parametrize("target, pairs", [("0.00001%", 3), ("10000%", 2)], ids=["never-met", "met-at-once"])
 def test_a_session_takes_further_pairs_while_the_target_is_not_met(tmp_path, target, pairs):
+    """8 rounds a pair (SESSION's 3 make one quad: under a loaded runner two pairs of 0.1 ms touch
+    steps once differed by 2x, beyond even the widest target's reach)."""
     out = tmp_path / "ab.json"
-    proc = subprocess.run([*SESSION, "--numa-repeats=2", f"--numa-ab=base={ROOT}", "--numa-ab=max_pairs=3",
+    proc = subprocess.run([*SESSION, "--numa-rounds=8", "--numa-repeats=2", f"--numa-ab=base={ROOT}",
+                           "--numa-ab=max_pairs=3",
                            f"--numa-ab=target_resolution={target}", f"--benchmark-json={out}"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
