@@ -57,8 +57,8 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None,
     if not any(((b.get("extra_info") or {}).get(AB_BASE_KEY)) for b in run.get("benchmarks") or []):
         raise UsageError(f"--rejudge {source}: no entry has extra_info.{AB_BASE_KEY}: allowed the session JSON that "
                          "numabench ab --session-json kept")
-    measured: dict[str, Any] = interleaved_medians(run, MIN_PAIRS, source,
-                                                   PAIR_RATIO if pair_ratio == "medians" else pair_ratio)
+    from_rounds = PAIR_RATIO if pair_ratio == "medians" else pair_ratio  # "medians" drops them below
+    measured: dict[str, Any] = interleaved_medians(run, MIN_PAIRS, source, from_rounds)
     confirming = confirming_pairs(run)
     first = recorded_pairs(measured, confirming)
     if pairs is not None:
@@ -82,7 +82,7 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None,
                                   coarsest_pct=coarsest_pct, interleave="rounds", timings_s={}, stopped_by=None,
                                   rejudged_from=source)
     res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, first, confirming,
-                                           confirm_confidence, PAIR_RATIO if pair_ratio == "medians" else pair_ratio)
+                                           confirm_confidence, from_rounds)
     res.confirm_pairs = max(confirming.values(), default=0)
     res.confirm_confidence = confirm_confidence if res.confirm_pairs else None
     keys = {(b.get("extra_info") or {}).get("hardware_key") for b in run.get("benchmarks") or []} - {None}

@@ -530,7 +530,7 @@ def head_axis_args(head_axis: str | None, pytest_args: Sequence[str]) -> tuple[l
 
 
 def in_session_names(pairs: int, max_pairs: int, confirm_pairs: int, passes: bool, same_cpus: bool,
-                     rewarm: bool, round_target_pct: float = 0.0) -> list[str]:
+                     rewarm: bool, round_target_pct: float) -> list[str]:
     """The settings a head's session is handed: further and confirming pairs where it takes them
     back to back (not in passes: those are passes of their own), with the confidence they read;
     the same CPUs, no rewarm and a pair's rounds to a target where asked for."""

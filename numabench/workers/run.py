@@ -90,7 +90,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
     a case whose family gives it ``step_threads`` runs on that many CPUs, the same for every side
     (numabench.families.base.ab_pair_cpus).
     ``round_target``: with two sides, rounds beyond ``rounds`` until every variant's phases have a
-    round-by-round ratio known to its error (numabench.gate.pairs.RoundTarget), at most its most."""
+    ratio (of ABBA quads of rounds) known to its error (numabench.gate.pairs.RoundTarget), at most its most."""
     if round_target is not None and (len(sides) != 2 or round_target.most_rounds < rounds):
         raise ValueError(f"round_target {round_target}: allowed with 2 sides and most_rounds >= rounds ({rounds})")
     if not sides or len({s.label for s in sides}) != len(sides):
@@ -259,8 +259,8 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
 def wants_round(taken: int, rounds: int, round_target: RoundTarget | None,
                 phases: dict[str, list[dict[str, list[float]]]], labels: Sequence[str]) -> bool:
     """Whether a run that has timed ``taken`` rounds times another: up to ``rounds``, then, with a
-    ``round_target`` (two sides), while some variant's phase has a round-by-round ratio it does not
-    know to the target yet, up to its most rounds. ``phases``: per side label, per variant, the
+    ``round_target`` (two sides), while some variant's phase has a ratio it does not know to the
+    target yet, up to its most rounds. ``phases``: per side label, per variant, the
     phases' rounds so far."""
     if taken < rounds:
         return True
