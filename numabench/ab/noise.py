@@ -46,7 +46,7 @@ class Spread:
     rounds: int  # rounds per pair (the fewest any pair had)
     within_sd: float  # round to round, inside a pair
     between_sd: float  # pair to pair, beyond what the rounds explain
-    pair_sd: float  # of the pairs' ratios as the gate takes them (median of the rounds), observed
+    pair_sd: float  # of the pairs' ratios as the gate takes them (median of the ABBA quads), observed
     most_rounds: int = 0  # the most any pair had (numabench ab --round-target varies them); 0: as ``rounds``
     position: float = 0.0  # what stepping second costs, as x sees it (module docstring); quads cancel it
 
@@ -97,7 +97,7 @@ def spread_of(name: str, base_rounds: Sequence[Sequence[float]], head_rounds: Se
     between = max(0.0, statistics.variance(means) - within * statistics.fmean(1 / len(x) for x in logs))
     pair_logs = [math.log(quad_ratio(b, h)) for b, h in zip(base_rounds, head_rounds)]  # as the gate takes them
     # x of even rounds against odd ones: the side that steps first alternates, so a cost of stepping
-    # second shows as +k, -k (a pair of one round has none to show)
+    # second shows as +k, -k (every pair has 2 rounds or more: checked above)
     position = statistics.median(abs(statistics.median(x[0::2]) - statistics.median(x[1::2])) / 2 for x in logs)
     return Spread(name, len(logs), rounds, math.sqrt(within), math.sqrt(between), statistics.stdev(pair_logs),
                   max(len(x) for x in logs), position)
