@@ -111,3 +111,40 @@ def test_sigterm_to_the_gate_job_mid_pass_leaves_a_judged_marked_verdict(tmp_pat
     assert worktrees() == before
     time.sleep(1)
     assert not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.serial
+@pytest.mark.skipif(not (ROOT / ".git").exists() or shutil.which("git") is None, reason="needs a git checkout")
+def test_a_time_out_around_the_gpu_script_still_packs_the_ab_it_stopped(tmp_path):
+    """`timeout -s TERM N bash .ci/gpu` (the signal to the whole process group) while its A/B step's
+    third pass runs: the A/B judges its two passes, and .ci/gpu waits for it, packs its session and
+    its noise split under $OUT, skips the steps after it and exits 128 + SIGTERM."""
+    out_dir = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out_dir), "NUMABENCH_GPU_TESTS": "0", "NUMABENCH_GPU_GATE_JOB": "0",
+           "NUMABENCH_GPU_AB": "1", "NUMABENCH_GPU_AB_TIER": "smoke", "NUMABENCH_GPU_AB_K": "test_touch",
+           "NUMABENCH_GPU_CPU_ADAM": "1", "NUMABENCH_AB_ARGS": "--pairs 4 --confirm-pairs 0",
+           # the kernels as the other tests build them (a build of its own would cost a minute here)
+           "NUMABENCH_BUILD_DIR": os.environ.get("NUMABENCH_BUILD_DIR",
+                                                 str(Path.home() / ".cache" / "numabench" / "build"))}
+    before = worktrees()
+    proc = subprocess.Popen(["bash", str(ROOT / ".ci" / "gpu")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    log = out_dir / "ab-job.log"
+    try:
+        deadline = time.monotonic() + 600
+        while not (log.is_file() and "pass 3/4" in log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, (log.read_text() if log.is_file() else "")
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGTERM)  # as timeout(1) sends it: to the whole group
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "ab job rc=" in out and "stopped by a signal" in out, out[-3000:]
+    assert "cut short after 2 passes" in log.read_text()
+    assert (out_dir / "ab-job.tar.gz").stat().st_size > 0
+    assert "entries with both sides' rounds" in (out_dir / "ab-noise.txt").read_text()
+    assert not (out_dir / "cpu-adam-scaling.txt").exists()  # the step after it skipped
+    assert worktrees() == before

@@ -65,9 +65,10 @@ def allocate(runs: Mapping[str, RunNeeds], first: int, budget_s: float, pass_ove
 
 
 def run_needs(measured: Mapping[str, Any], names: Sequence[str], resolutions_pct: Sequence[float],
-              confidence: float, most: int | None, ratios_of: Any) -> dict[str, RunNeeds]:
+              confidence: float, most: int | None, ratios_of: Any, errors_of: Any = None) -> dict[str, RunNeeds]:
     """The worker runs of ``names`` with what a pair of each cost (``measured["walls"]``) and each
-    entry's needs (Stein's first stage on ``ratios_of(name)``, one for each of ``resolutions_pct``);
+    entry's needs (Stein's first stage on ``ratios_of(name)``, floored by ``errors_of(name)`` where
+    given and known: gate.pairs.spread_sd; one for each of ``resolutions_pct``);
     a need beyond ``most`` pairs (None: no cap) is left out, as is an entry with no run or walls
     recorded: no number of pairs allowed brings it there."""
     runs_of, walls = measured.get("runs") or {}, measured.get("walls") or {}
@@ -83,7 +84,7 @@ def run_needs(measured: Mapping[str, Any], names: Sequence[str], resolutions_pct
         if len(ratios) < MIN_PAIRS:
             continue
         for pct in resolutions_pct:
-            n = pairs_for_target(ratios, pct, confidence, UNCAPPED)
+            n = pairs_for_target(ratios, pct, confidence, UNCAPPED, None if errors_of is None else errors_of(name))
             if n > len(ratios) and (most is None or n <= most):
                 needs[run].append(n)
     return {run: RunNeeds(statistics.fmean(costs[run]), tuple(needs[run])) for run in costs}

@@ -17,25 +17,27 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from numabench.cases import CaseResult
-from numabench.gate.pairs import MIN_PAIRS, judge_ratios, pairs_for_target, quad_ratio
+from numabench.gate.pairs import MIN_PAIRS, judge_ratios, pairs_for_target, pair_error, quad_ratio
 from numabench.gate.rule import FASTER, SLOWER
 
 # one pair of a worker run: (the base's results, the head's results), a result per variant
 Pair = tuple[Sequence[CaseResult], Sequence[CaseResult]]
 
 
-def entry_ratios(pairs: Sequence[Pair]) -> Iterator[tuple[int, str, list[float]]]:
+def entry_ratios(pairs: Sequence[Pair]) -> Iterator[tuple[int, str, list[float], list[float]]]:
     """Each entry of a worker run (variant index, phase) with its pair ratios head/base, as
     numabench ab takes them (gate.pairs.quad_ratio: by ABBA quads of rounds), one per pair that timed it
-    on both sides, as many rounds of each, every one > 0."""
+    on both sides, as many rounds of each, every one > 0; and each ratio's own standard error
+    (gate.pairs.pair_error: the interval's floor)."""
     for k in range(len(pairs[0][0]) if pairs else 0):
         for phase in pairs[0][1][k].phases:
-            ratios = []
+            ratios, errors = [], []
             for base, head in pairs:
                 b, h = base[k].phases.get(phase) or [], head[k].phases.get(phase) or []
                 if b and len(b) == len(h) and all(v > 0 for v in (*b, *h)):
                     ratios.append(quad_ratio(b, h))
-            yield k, phase, ratios
+                    errors.append(pair_error(b, h))
+            yield k, phase, ratios, errors
 
 
 def pairs_wanted(pairs: Sequence[Pair], target_pct: float, confidence: float, most: int) -> int:
@@ -43,8 +45,8 @@ def pairs_wanted(pairs: Sequence[Pair], target_pct: float, confidence: float, mo
     widest entry (each variant's each phase) needs to reach ``target_pct``, at most ``most``. It
     reads the pairs' spread only, never where their ratios lie."""
     wanted = len(pairs)
-    for _, _, ratios in entry_ratios(pairs):
-        wanted = max(wanted, pairs_for_target(ratios, target_pct, confidence, most))
+    for _, _, ratios, errors in entry_ratios(pairs):
+        wanted = max(wanted, pairs_for_target(ratios, target_pct, confidence, most, errors))
     return min(most, wanted)
 
 
@@ -56,10 +58,10 @@ def changed_entries(pairs: Sequence[Pair], threshold_pct: float, confidence: flo
     by chance alone (about 1% of those whose noise is well above the threshold, at 95%), and fresh
     pairs pooled with these cut that sevenfold or more at little cost in power (docs/GATE.md)."""
     changed = []
-    for k, phase, ratios in entry_ratios(pairs):
+    for k, phase, ratios, errors in entry_ratios(pairs):
         if len(ratios) < MIN_PAIRS:
             continue
-        verdict = judge_ratios(ratios, threshold_pct, confidence, first_stage=first_stage).verdict
+        verdict = judge_ratios(ratios, threshold_pct, confidence, first_stage=first_stage, errors=errors).verdict
         if verdict in (SLOWER, FASTER):
             changed.append((k, phase, verdict))
     return changed
@@ -97,6 +99,20 @@ def entry_pair_ratios(measured: Mapping[str, Any], name: str) -> list[float]:
     return out
 
 
+def entry_pair_errors(measured: Mapping[str, Any], name: str) -> list[float] | None:
+    """Each of ``entry_pair_ratios``'s own standard error (gate.pairs.pair_error), where every
+    pair's ratio came from its rounds and its error was recorded; else None (no floor)."""
+    out = []
+    ratios = measured.get("ratios") or [{} for _ in measured["base"]]
+    errors = measured.get("errors") or [{} for _ in measured["base"]]
+    for b, h, r, e in zip(measured["base"], measured["head"], ratios, errors):
+        if name in b and name in h:
+            if r.get(name) is None or e.get(name) is None:
+                return None
+            out.append(e[name])
+    return out
+
+
 def further_wanted(measured: Mapping[str, Any], target_pct: float, confidence: float, most: int) -> dict[str, int]:
     """Stein's first stage per entry of numabench ab's measurements: the pairs in all that each
     entry whose first pairs are too spread needs, at most ``most``; entries that need none left out."""
@@ -104,7 +120,7 @@ def further_wanted(measured: Mapping[str, Any], target_pct: float, confidence: f
     for name in sorted(set().union(*measured["base"])):
         ratios = entry_pair_ratios(measured, name)
         if len(ratios) >= MIN_PAIRS:
-            n = pairs_for_target(ratios, target_pct, confidence, most)
+            n = pairs_for_target(ratios, target_pct, confidence, most, entry_pair_errors(measured, name))
             if n > len(ratios):
                 wanted[name] = n
     return wanted
@@ -120,6 +136,7 @@ def changed_names(measured: Mapping[str, Any], threshold_pct: float, confidence:
         if len(ratios) < MIN_PAIRS:
             continue
         stein = first_stage if len(ratios) > first_stage else None
-        if judge_ratios(ratios, threshold_pct, confidence, first_stage=stein).verdict in (SLOWER, FASTER):
+        if judge_ratios(ratios, threshold_pct, confidence, first_stage=stein,
+                        errors=entry_pair_errors(measured, name)).verdict in (SLOWER, FASTER):
             changed.append(name)
     return changed

@@ -57,7 +57,7 @@ def verdict_text(r: ABRow) -> str:
 
 def lean_line(r: ABRow, res: ABResult) -> str:
     """A leaning entry, its interval and the pairs that would resolve it."""
-    need = pairs_to_resolve(r.pair_ratios, res.threshold_pct, res.row_confidence(r))
+    need = pairs_to_resolve(r.pair_ratios, res.threshold_pct, res.row_confidence(r), errors=r.pair_errors)
     resolve = (f"about {need} pairs would resolve it (numabench ab --pairs {need})" if need is not None
                else "more than 100 pairs would be needed to resolve it: its change lies about at the threshold")
     return (f"LEANS {r.leans.upper()}: {r.name} {r.ratio:.4f} [{r.low:.4f}-{r.high:.4f}] on {len(r.base_s)} pairs: "
@@ -136,7 +136,10 @@ def rule_line(res: ABResult) -> str:
     how += ", pair p of every worker run in a session of its own (pass p)" if res.passes else ""
     return (f"{res.pairs} {how}; ratio head/base: geometric mean of the pair ratios (each pair's "
             f"{pair_ratio_text(res)}), "
-            f"{pct(res.confidence)} interval ({INTERVAL}); slower/faster only when the whole interval lies beyond "
+            f"{pct(res.confidence)} interval ({INTERVAL}"
+            + ("; its spread at least what each pair's own rounds leave unknown, the standard error of its median "
+               "quad ratio" if any(math.isfinite(e) for r in res.rows for e in r.pair_errors or ()) else "")
+            + "); slower/faster only when the whole interval lies beyond "
             + (f"{res.threshold_pct:g}%, same only when it lies wholly within {res.threshold_pct:g}% of 1, else "
                "unresolved (leaning slower or faster where it excludes 1)" if res.same_within_band else
                f"{res.threshold_pct:g}%; unresolved where the interval's relative half-width (the resolution) is "
@@ -314,12 +317,16 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "rejudged_from": res.rejudged_from,
         "entries": [{
             "name": r.name, "fullname": r.fullname or r.name, "verdict": r.verdict, "leans": r.leans,
-            "pairs_to_resolve": pairs_to_resolve(r.pair_ratios, res.threshold_pct, res.row_confidence(r))
+            "pairs_to_resolve": pairs_to_resolve(r.pair_ratios, res.threshold_pct, res.row_confidence(r),
+                                                 errors=r.pair_errors)
             if r.leans else None, "pairs": len(r.base_s),
             "confirmation_pairs": r.confirmation_pairs, "ratio": r.ratio,
             "interval": [r.low, r.high], "resolution_pct": r.resolution_pct,
             "pair_ratios": r.pair_ratios,
             "pair_ratios_from": r.ratios_from if r.round_ratios is not None else "medians",
+            # null per pair whose rounds were too few to know its error (inf is not JSON)
+            "pair_errors": None if r.pair_errors is None
+            else [e if math.isfinite(e) else None for e in r.pair_errors],
             "base_medians_s": list(r.base_s), "head_medians_s": list(r.head_s),
             "base_cpus": r.base_cpus, "head_cpus": r.head_cpus,
         } for r in sorted_rows(res)],
@@ -421,7 +428,8 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                                   e["verdict"], None if e["resolution_pct"] is None else float(e["resolution_pct"]),
                                   e.get("fullname") or e["name"], int(e.get("confirmation_pairs") or 0),
                                   _cpus(e.get("base_cpus")), _cpus(e.get("head_cpus")), _round_ratios(e),
-                                  leans=_leans(e), ratios_from=str(e.get("pair_ratios_from") or "medians")))
+                                  leans=_leans(e), ratios_from=str(e.get("pair_ratios_from") or "medians"),
+                                  pair_errors=_pair_errors(e)))
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{source}: not an A/B run ({type(e).__name__}: {e})") from None
     return res
@@ -448,6 +456,21 @@ def _round_ratios(entry: dict) -> list[float] | None:
                     for v in ratios)):
         raise ValueError(f"entry {entry.get('name')!r}: pair_ratios {ratios!r}: allowed a ratio > 0 per pair")
     return [float(v) for v in ratios]
+
+
+def _pair_errors(entry: dict) -> list[float] | None:
+    """An entry's per-pair standard errors as saved (null: unknown, inf), or None (saved before they
+    were, or pairs of medians)."""
+    errors = entry.get("pair_errors")
+    if errors is None:
+        return None
+    ok = isinstance(errors, list) and len(errors) == len(entry["base_medians_s"]) and all(
+        v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0)
+        for v in errors)
+    if not ok:
+        raise ValueError(f"entry {entry.get('name')!r}: pair_errors {errors!r}: allowed a number >= 0 or null per "
+                         "pair")
+    return [math.inf if v is None else float(v) for v in errors]
 
 
 def _cpus(data: Any) -> list[list[int | None]] | None:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from numabench.ab.budget import allocate, pass_cost_s, run_needs
 from numabench.ab.session import AB_BASE_KEY, StoppedWithMeasurements
-from numabench.ab.extend import changed_names, entry_pair_ratios, further_wanted
+from numabench.ab.extend import changed_names, entry_pair_errors, entry_pair_ratios, further_wanted
 from numabench.ab.settings import DEFAULTS, session_items
 
 # invoke_interleaved's shape: (base, head, pytest args, pairs, JSON path) -> what one session measured
@@ -37,7 +37,7 @@ BASE_PER_PAIR = ("invocation_medians_s", "invocation_cpus", "invocation_rounds_s
 
 
 def empty_measured() -> dict[str, Any]:
-    return {"base": [], "head": [], "ratios": [], "failed": [], "confirming": {}, "cpus": {}, "runs": {}, "walls": {},
+    return {"base": [], "head": [], "ratios": [], "errors": [], "failed": [], "confirming": {}, "cpus": {}, "runs": {}, "walls": {},
             "passes_done": 0, "_no_cpus": set()}
 
 
@@ -51,6 +51,7 @@ def merge_session(merged: dict[str, Any], session: dict[str, Any]) -> None:
     merged["base"].extend(session.get("base") or [])
     merged["head"].extend(session.get("head") or [])
     merged["ratios"].extend(ratios)
+    merged["errors"].extend(session.get("errors") or [{} for _ in range(pairs)])
     merged["failed"].extend(f for f in session.get("failed") or [] if f not in merged["failed"])
     merged["runs"].update(session.get("runs") or {})
     for name, walls in (session.get("walls") or {}).items():
@@ -133,7 +134,7 @@ def _passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Se
         names = sorted(set().union(*merged["base"]))
         wanted_pct = sorted({target_pct, *([coarsest_pct] if coarsest_pct else [])})
         runs = run_needs(merged, names, wanted_pct, confidence, max_pairs or None,
-                         lambda name: entry_pair_ratios(merged, name))
+                         lambda name: entry_pair_ratios(merged, name), lambda name: entry_pair_errors(merged, name))
         elapsed = clock() - started
         overhead = max(0.0, elapsed / pairs - sum(r.cost_s for r in runs.values()))
         levels = allocate(runs, pairs, time_budget_s - elapsed, overhead)

@@ -69,6 +69,7 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None,
         first, confirming = pairs, {}
     if pair_ratio == "medians":
         measured.pop("ratios", None)
+        measured.pop("errors", None)
     res = ABResult(*_sides(run), first, threshold_pct, confidence, coarsest_pct=coarsest_pct, interleave="rounds",
                    when=str(run.get("datetime") or ""), workers="", rejudged_from=source)
     if RUN_KEY in run:  # how the run ran, as numabench ab recorded it (sessions kept before it: the checkout)

@@ -107,6 +107,9 @@ class ABRow:
     leans: str | None = None
     # how round_ratios came from the rounds (gate.pairs.PAIR_RATIOS: quads, or rounds in runs judged before)
     ratios_from: str = pair_rule.PAIR_RATIO
+    # each pair's own standard error of its round_ratios in log terms (gate.pairs.pair_error: the
+    # interval's floor; inf where its rounds were too few); None: not known (pairs of medians, runs before)
+    pair_errors: list[float] | None = None
 
     @property
     def pair_ratios(self) -> list[float]:
@@ -224,12 +227,13 @@ def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], thr
                 confidence: float, fullname: str = "",
                 first_stage: int | None = None, confirmation_pairs: int = 0,
                 round_ratios: Sequence[float] | None = None, confirm_confidence: float | None = None,
-                ratios_from: str = pair_rule.PAIR_RATIO) -> ABRow:
+                ratios_from: str = pair_rule.PAIR_RATIO, pair_errors: Sequence[float] | None = None) -> ABRow:
     """One entry's row from each side's per-pair medians. With ``confirmation_pairs`` (its worker
     run's first pairs judged an entry changed and it ran that many more): judged on all its pairs,
     their own spread, at ``confirm_confidence`` (default pair_rule.confirmed_confidence of
     ``confidence``). ``round_ratios``: each pair's ratio from its rounds (rounds mode; how:
-    ``ratios_from``), what it is judged on; else the ratios of the medians."""
+    ``ratios_from``), what it is judged on; else the ratios of the medians. ``pair_errors``: with
+    ``round_ratios``, each one's own standard error (the floor of the interval's spread)."""
     stein = None if confirmation_pairs else first_stage
     if confirmation_pairs:
         confidence = pair_rule.confirmed_confidence(confidence) if confirm_confidence is None else confirm_confidence
@@ -237,13 +241,18 @@ def judge_pairs(name: str, base_s: Sequence[float], head_s: Sequence[float], thr
         if len(round_ratios) != len(base_s) or len(head_s) != len(base_s):
             raise ValueError(f"{name}: {len(round_ratios)} round ratios for {len(base_s)} base and {len(head_s)} "
                              "head medians: allowed one of each per pair")
-        j = pair_rule.judge_ratios(round_ratios, threshold_pct, confidence, stein)
+        if pair_errors is not None and len(pair_errors) != len(round_ratios):
+            raise ValueError(f"{name}: {len(pair_errors)} pair errors for {len(round_ratios)} round ratios: "
+                             "allowed one per pair")
+        j = pair_rule.judge_ratios(round_ratios, threshold_pct, confidence, stein, pair_errors)
     else:
+        pair_errors = None
         j = pair_rule.judge(base_s, head_s, threshold_pct, confidence, stein)
     return ABRow(name, list(base_s), list(head_s), j.ratio, j.low, j.high, j.verdict, j.resolution_pct,
                  fullname or name, confirmation_pairs,
                  round_ratios=None if round_ratios is None else [float(r) for r in round_ratios], leans=j.leans,
-                 ratios_from=ratios_from)
+                 ratios_from=ratios_from,
+                 pair_errors=None if pair_errors is None else [float(e) for e in pair_errors])
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -495,18 +504,21 @@ def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: f
     missing: list[str] = []
     need = len(measured["base"]) if pairs is None else pairs
     ratios = measured.get("ratios") or [{} for _ in measured["base"]]
+    errors = measured.get("errors") or [{} for _ in measured["base"]]
     for name in sorted(set().union(*measured["base"], *measured["head"])):
-        both = [(b[name], h[name], r.get(name)) for b, h, r in zip(measured["base"], measured["head"], ratios)
-                if name in b and name in h]
+        both = [(b[name], h[name], r.get(name), e.get(name))
+                for b, h, r, e in zip(measured["base"], measured["head"], ratios, errors) if name in b and name in h]
         if any(name not in m for m in (*measured["base"][:need], *measured["head"][:need])):
             missing.append(name)
             continue
-        by_rounds = [r for _, _, r in both]
-        rows.append(judge_pairs(name.split("::")[-1], [b for b, _, _ in both], [h for _, h, _ in both],
+        by_rounds = [r for _, _, r, _ in both]
+        errs = [e for _, _, _, e in both]
+        rows.append(judge_pairs(name.split("::")[-1], [b for b, _, _, _ in both], [h for _, h, _, _ in both],
                                 threshold_pct, confidence, name, first_stage=need,
                                 confirmation_pairs=(confirming or {}).get(name, 0),
                                 round_ratios=by_rounds if None not in by_rounds else None,
-                                confirm_confidence=confirm_confidence, ratios_from=ratios_from))
+                                confirm_confidence=confirm_confidence, ratios_from=ratios_from,
+                                pair_errors=errs if None not in by_rounds and None not in errs else None))
     return rows, missing
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from numabench.errors import UsageError
 from numabench.interrupts import Stopped
@@ -47,7 +47,8 @@ def interleaved_medians(run: dict, pairs: int, selection: str = "",
     """Each side's per-pair medians from a rounds-interleaved session's run: the head's are the
     entry's invocation medians, the base's its ``extra_info["ab_base"]``; and each pair's ratio
     from both sides' rounds (``pair_ratio``: "quads" or "rounds", gate.pairs.RATIO_OF) where kept,
-    under "ratios". An entry without ``pairs`` of each is in only
+    under "ratios", with each such ratio's own standard error (gate.pairs.pair_error, the
+    interval's floor; quads only) under "errors". An entry without ``pairs`` of each is in only
     the pairs it has (judge_measured lists it as missing); one with more (further pairs of its
     worker run) is in all of them."""
     entries = []
@@ -60,32 +61,48 @@ def interleaved_medians(run: dict, pairs: int, selection: str = "",
     most = max([pairs, *(min(len(h), len(b)) for _, h, b in entries)])
     measured: dict[str, list[dict[str, float]]] = {"base": [{} for _ in range(most)],
                                                    "head": [{} for _ in range(most)],
-                                                   "ratios": [{} for _ in range(most)]}
+                                                   "ratios": [{} for _ in range(most)],
+                                                   "errors": [{} for _ in range(most)]}
     for b, head, base in entries:
         ratios = session_round_ratios(b, pair_ratio)
+        errors = session_round_errors(b) if pair_ratio == "quads" else None
         for i in range(min(len(head), len(base))):  # the pairs it has; judge_measured lists the rest
             measured["head"][i][b["fullname"]] = head[i]
             measured["base"][i][b["fullname"]] = float(base[i])
             if ratios is not None and i < len(ratios):
                 measured["ratios"][i][b["fullname"]] = ratios[i]
+            if errors is not None and i < len(errors):
+                measured["errors"][i][b["fullname"]] = errors[i]
     if not any(measured["head"]):
         raise UsageError(f"the A/B session measured nothing: check the selection ({selection})")
     return measured
 
 
-def session_round_ratios(bench: dict, pair_ratio: str = pair_rule.PAIR_RATIO) -> list[float] | None:
-    """An entry's pair ratios from both sides' rounds (``pair_ratio``: gate.pairs.RATIO_OF) in its
-    ``extra_info["ab_base"]``, or None where they are not there for every pair it has (a session
-    saved before they were kept, or a pair whose sides ran different numbers of rounds)."""
+def _per_pair(bench: dict, of_pair: Callable[[list, list], float]) -> list[float] | None:
+    """``of_pair(base rounds, head rounds)`` for each pair of an entry's ``extra_info["ab_base"]``, or
+    None where both sides' rounds are not there for every pair it has (a session saved before they
+    were kept, or a pair whose sides ran different numbers of rounds)."""
     ab = (bench.get("extra_info") or {}).get(AB_BASE_KEY) or {}
     base, head = ab.get("invocation_rounds_s"), ab.get("head_invocation_rounds_s")
     medians = ab.get("invocation_medians_s") or []
     if not (isinstance(base, list) and isinstance(head, list) and len(base) == len(head) == len(medians)):
         return None
     try:
-        return [pair_rule.RATIO_OF[pair_ratio](b, h) for b, h in zip(base, head)]
+        return [of_pair(b, h) for b, h in zip(base, head)]
     except (TypeError, ValueError):
         return None
+
+
+def session_round_ratios(bench: dict, pair_ratio: str = pair_rule.PAIR_RATIO) -> list[float] | None:
+    """An entry's pair ratios from both sides' rounds (``pair_ratio``: gate.pairs.RATIO_OF), or None
+    (``_per_pair``)."""
+    return _per_pair(bench, pair_rule.RATIO_OF[pair_ratio])
+
+
+def session_round_errors(bench: dict) -> list[float] | None:
+    """How well each pair's rounds know its quad ratio (gate.pairs.pair_error, log terms; infinite
+    where too few rounds to say), for the pairs ``session_round_ratios`` gives; None as there."""
+    return _per_pair(bench, pair_rule.pair_error)
 
 
 def pair_cpus(run: dict) -> dict[str, dict[str, list]]:

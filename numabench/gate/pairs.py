@@ -55,6 +55,16 @@ mean lies: its coverage is the confidence it claims. Stopping instead as soon as
 interval is narrow enough stops on pairs that happen to agree, and on synthetic A/A pairs
 judged slower or faster 7.7% of runs at 95% (tests/test_ab_further_pairs.py).
 
+The spread the interval uses is never less than what each pair's own rounds leave unknown
+(``spread_sd``): a pair ratio varies by the pair's own part and by the standard error of its
+median quad (``pair_error``, from its quads' spread), so the pairs' sample deviation,
+which 2 or 3 pairs give very loosely, is floored at the root mean square of those errors. Two
+pairs that agree by chance otherwise make an interval far narrower than their rounds allow: an
+H200 x1 VM, cpu_adam given one thread fewer, 2 pairs of 30 rounds whose `ours` ratios agreed to
+0.05%, judged `same` at 1.006 [1.004-1.009], where a pair of 90 rounds of the same change on the
+same VM knew its ratio to 1.0% (about 1.8% at 30 rounds) and gave 1.028 (docs/GATE.md). A floor
+only widens an interval, so the coverage stays at least what it claims.
+
 An entry whose worker run took confirming pairs (its first pairs judged a change) is judged on
 all its pairs at a stricter confidence, ``confirmed_confidence``: half the error of the first
 verdict's. The first pairs are among those judged, and they were chosen because they looked
@@ -76,6 +86,9 @@ from numabench.gate.rule import FASTER, SAME, SLOWER, UNRESOLVED
 
 # a pair's rounds below which round_ratio_error knows nothing (quartiles of fewer quads say little)
 MIN_ROUNDS_FOR_ERROR = 8
+# and below which it sets no floor to the interval's spread (``pair_error``): the quartiles of a few
+# quads take one odd quad (a slow spell's edge) for a spread the median does not have
+MIN_ROUNDS_FOR_FLOOR = 16
 AB_VERDICTS = (SLOWER, FASTER, UNRESOLVED, SAME)
 INTERVAL = "t on log pair ratios"
 # what each pair's ratio head/base is (module docstring): of the rounds mode's rounds, or of medians
@@ -183,40 +196,66 @@ def pair_ratios(base_s: Sequence[float], head_s: Sequence[float]) -> list[float]
     return [h / b for b, h in zip(base_s, head_s)]
 
 
+def spread_sd(logs: Sequence[float], errors: Sequence[float] | None = None) -> float:
+    """The pairs' spread in log terms as the interval takes it: their sample standard deviation,
+    at least the root mean square of the pairs' own ``errors`` (``pair_error`` of each,
+    where known: infinite or None ones are left out) -- the module docstring's floor. Without
+    ``errors``, the sample deviation alone (pairs of medians, or rounds too few to know them by)."""
+    sd = statistics.stdev(logs)
+    known = [e for e in errors or () if e is not None and math.isfinite(e) and e >= 0]
+    if not known:
+        return sd
+    return max(sd, math.sqrt(statistics.fmean(e * e for e in known)))
+
+
+def _checked_errors(errors: Sequence[float | None] | None, n: int) -> Sequence[float | None] | None:
+    if errors is not None and len(errors) != n:
+        raise ValueError(f"{len(errors)} pair errors for {n} ratios: allowed one per pair, or none")
+    return errors
+
+
 def t_interval(ratios: Sequence[float], confidence: float,
-               first_stage: int | None = None) -> tuple[float, float, float]:
+               first_stage: int | None = None,
+               errors: Sequence[float | None] | None = None) -> tuple[float, float, float]:
     """(low, high, half-width in log terms) of the geometric mean of ``ratios`` (2 or more).
     ``first_stage``: with more ratios than that, the further pairs of Stein's two-stage rule
-    (module docstring): the width from the first ``first_stage`` ratios' spread."""
+    (module docstring): the width from the first ``first_stage`` ratios' spread. ``errors``: each
+    pair's own standard error in log terms (``pair_error``), the spread's floor (``spread_sd``)."""
     if len(ratios) < MIN_PAIRS:
         raise ValueError(f"{len(ratios)} ratios: an interval needs {MIN_PAIRS} or more")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence {confidence}: allowed a number between 0 and 1")
+    _checked_errors(errors, len(ratios))
     logs = [math.log(r) for r in ratios]
     n = len(logs)
     mean = statistics.fmean(logs)
-    spread = logs[:first_stage] if first_stage is not None and MIN_PAIRS <= first_stage < n else logs
-    half = t_quantile((1 + confidence) / 2, len(spread) - 1) * statistics.stdev(spread) / math.sqrt(n)
+    first = first_stage if first_stage is not None and MIN_PAIRS <= first_stage < n else n
+    sd = spread_sd(logs[:first], None if errors is None else errors[:first])
+    half = t_quantile((1 + confidence) / 2, first - 1) * sd / math.sqrt(n)
     return math.exp(mean - half), math.exp(mean + half), half
 
 
-def pairs_for_target(first_ratios: Sequence[float], target_pct: float, confidence: float, most: int) -> int:
+def pairs_for_target(first_ratios: Sequence[float], target_pct: float, confidence: float, most: int,
+                     errors: Sequence[float | None] | None = None) -> int:
     """Stein's first stage: how many pairs in all (at least these, at most ``most``) bring the
-    interval of an entry whose first pairs gave ``first_ratios`` to a resolution of ``target_pct``."""
+    interval of an entry whose first pairs gave ``first_ratios`` (and, where known, each pair's own
+    ``errors``: the spread's floor) to a resolution of ``target_pct``."""
     n0 = len(first_ratios)
     if n0 < MIN_PAIRS:
         return max(n0, most)
     logs = [math.log(r) for r in first_ratios]
-    width = t_quantile((1 + confidence) / 2, n0 - 1) * statistics.stdev(logs) / math.log1p(target_pct / 100)
+    sd = spread_sd(logs, _checked_errors(errors, n0))
+    width = t_quantile((1 + confidence) / 2, n0 - 1) * sd / math.log1p(target_pct / 100)
     return min(most, max(n0, math.ceil(width * width)))
 
 
-def resolution_pct(ratios: Sequence[float], confidence: float) -> float | None:
+def resolution_pct(ratios: Sequence[float], confidence: float,
+                   errors: Sequence[float | None] | None = None) -> float | None:
     """The interval's relative half-width in percent (None with fewer than MIN_PAIRS ratios): what
     ``judge`` calls the resolution."""
     if len(ratios) < MIN_PAIRS:
         return None
-    return math.expm1(t_interval(ratios, confidence)[2]) * 100
+    return math.expm1(t_interval(ratios, confidence, errors=errors)[2]) * 100
 
 
 def _checked_rounds(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> None:
@@ -273,6 +312,14 @@ def round_ratio_error(base_rounds: Sequence[float], head_rounds: Sequence[float]
     return MEDIAN_EFFICIENCY * (q[2] - q[0]) / IQR_TO_SIGMA / math.sqrt(len(logs))
 
 
+def pair_error(base_rounds: Sequence[float], head_rounds: Sequence[float]) -> float:
+    """A pair's own standard error as the interval's floor takes it (``spread_sd``): its
+    ``round_ratio_error`` from MIN_ROUNDS_FOR_FLOOR rounds on, else infinite (no floor)."""
+    if len(base_rounds) < MIN_ROUNDS_FOR_FLOOR:
+        return math.inf
+    return round_ratio_error(base_rounds, head_rounds)
+
+
 @dataclass(frozen=True)
 class RoundTarget:
     """A pair of the rounds mode takes rounds until every entry's ratio is known to
@@ -295,9 +342,10 @@ def judge(base_s: Sequence[float], head_s: Sequence[float], threshold_pct: float
 
 
 def judge_ratios(ratios: Sequence[float], threshold_pct: float, confidence: float,
-                 first_stage: int | None = None) -> Judgement:
+                 first_stage: int | None = None, errors: Sequence[float | None] | None = None) -> Judgement:
     """The verdict of one entry from its pair ratios head/base (``pair_ratios`` or ``quad_ratio``
-    of each pair), as ``judge``."""
+    of each pair), as ``judge``; ``errors``: each pair's own standard error (``pair_error``),
+    the floor of the spread (``spread_sd``)."""
     bad = [r for r in ratios if not (r > 0 and math.isfinite(r))]
     if bad:
         raise ValueError(f"pair ratio {bad[0]!r}: allowed a number > 0")
@@ -306,7 +354,7 @@ def judge_ratios(ratios: Sequence[float], threshold_pct: float, confidence: floa
     ratio = math.exp(statistics.fmean(math.log(r) for r in ratios))
     if len(ratios) < MIN_PAIRS:
         return Judgement(len(ratios), ratio, ratio, ratio, None, UNRESOLVED)
-    low, high, half = t_interval(ratios, confidence, first_stage)
+    low, high, half = t_interval(ratios, confidence, first_stage, errors)
     resolution = math.expm1(half) * 100
     t = 1 + threshold_pct / 100
     if low > t:
@@ -319,7 +367,8 @@ def judge_ratios(ratios: Sequence[float], threshold_pct: float, confidence: floa
     return Judgement(len(ratios), ratio, low, high, resolution, UNRESOLVED, leans)
 
 
-def pairs_to_resolve(ratios: Sequence[float], threshold_pct: float, confidence: float, most: int = 100) -> int | None:
+def pairs_to_resolve(ratios: Sequence[float], threshold_pct: float, confidence: float, most: int = 100,
+                     errors: Sequence[float | None] | None = None) -> int | None:
     """About how many pairs in all would resolve an unresolved entry whose pairs gave ``ratios``,
     if more pairs spread as these did and their mean stayed where it is: enough that the interval's
     half-width falls below the distance from the mean to the nearer edge of the threshold band
@@ -333,5 +382,5 @@ def pairs_to_resolve(ratios: Sequence[float], threshold_pct: float, confidence: 
     distance = min(abs(mean - edge), abs(mean + edge))
     if distance <= 0:
         return None
-    need = pairs_for_target(ratios, math.expm1(distance) * 100, confidence, most + 1)
+    need = pairs_for_target(ratios, math.expm1(distance) * 100, confidence, most + 1, errors)
     return None if need > most else max(need, len(ratios) + 1)
