@@ -275,3 +275,20 @@ def test_a_split_that_kept_everything_on_the_gpu_is_named_but_not_ranked_as_an_o
     assert "1.08x faster than the next, streamed (76.0 ms)" in sentence
     assert sentence.endswith("; streamed-split r=0.00 (70.4 ms) kept all its state on the GPU, nothing on the host: "
                              "not an offload, not ranked.")
+
+
+def test_the_winner_is_ranked_against_another_mode_not_its_own_second_share():
+    """Two shares of the split mode both beat torchao (the H100 x1 5b rows): the sentence names the
+    split's best share and how far it is ahead of torchao, not of its own next share."""
+    def split(ratio, median_s):
+        entry = ts("streamed-split", median_s, model="5b", numel=4, offload_ratio=str(ratio), offload_ratio_used=ratio)
+        for key in ("name", "fullname"):  # one entry per share, as the offload_ratio axis names them
+            entry[key] = entry[key].replace("]", f"-offload_ratio={ratio}]")
+        return entry
+
+    data = run(split(0.39, 0.5970), split(0.51, 0.7185), split(0.76, 1.0573),
+               ts("torchao-offload", 1.3372, model="5b", numel=4), ts("streamed", 1.5255, model="5b", numel=4))
+    [sentence] = winner_sentences(mode_rows(data))
+    assert sentence.startswith("5b bf16, 1 rank, policy bind:0: streamed-split r=0.39 wins (597.0 ms a step")
+    assert "2.24x faster than the next, torchao-offload (1337.2 ms)" in sentence
+    assert "r=0.51" not in sentence

@@ -323,26 +323,30 @@ def out_of_memory_notes(rows: list[ModeRow]) -> list[str]:
 
 def winner_sentences(rows: list[ModeRow]) -> list[str]:
     """One sentence per model, dtype, ranks and policy: which offload mode has the fastest step
-    (each mode at its best CPU binding), by how much over the next offload mode, and what it
-    costs against the no-offload step of its own recipe (or that that step ran out of memory, or
-    is missing). Groups with fewer than two measured offload modes say nothing."""
+    (each mode at its best CPU binding and, for a split mode, its best share), by how much over the
+    next offload mode (another mode: a second share of the winner is not the alternative a user
+    weighs), and what it costs against the no-offload step of its own recipe (or that that step ran
+    out of memory, or is missing). Groups with fewer than two measured offload modes say nothing."""
     groups: dict[tuple, dict[str, ModeRow]] = {}
     oom: dict[tuple, set[str]] = {}
+    on_gpu: dict[tuple, list[ModeRow]] = {}
     for r in rows:
         group = (r.model, r.dtype, r.nprocess, r.policy)
         if r.step_ms is None:
             oom.setdefault(group, set()).add(r.mode)
             continue
         best = groups.setdefault(group, {})
-        if r.variant not in best or r.step_ms < best[r.variant].step_ms:
-            best[r.variant] = r
+        if r.mode in memory_model.SPLIT_MODES and r.ratio == 0:
+            # a split at share 0 (auto where the model fits the GPU) keeps everything on the GPU: no offload
+            on_gpu.setdefault(group, []).append(r)
+            continue
+        if r.mode not in best or r.step_ms < best[r.mode].step_ms:
+            best[r.mode] = r
     out = []
     for group, best in sorted(groups.items()):
         model, dtype, nprocess, policy = group
-        # a split at share 0 (auto where the model fits the GPU) keeps everything on the GPU: no offload
-        on_gpu_splits = [r for r in best.values() if r.mode in memory_model.SPLIT_MODES and r.ratio == 0]
-        offload = sorted((r for r in best.values() if r.mode not in ON_DEVICE_MODES and r not in on_gpu_splits),
-                         key=lambda r: r.step_ms)
+        on_gpu_splits = sorted(on_gpu.get(group, []), key=lambda r: r.step_ms)
+        offload = sorted((r for r in best.values() if r.mode not in ON_DEVICE_MODES), key=lambda r: r.step_ms)
         if len(offload) < 2:
             continue
         win, nxt = offload[0], offload[1]
