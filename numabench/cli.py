@@ -346,7 +346,7 @@ def cmd_ab(ns: argparse.Namespace) -> int:
                  confirm_pairs=settings.confirm_pairs, workers=settings.workers, same_cpus=settings.same_cpus,
                  passes=passes, time_budget_s=settings.time_budget, confirm_confidence=settings.confirm_confidence,
                  rewarm=settings.rewarm, scope=settings.scope, round_target_pct=settings.round_target,
-                 round_cap=settings.round_cap)
+                 round_cap=settings.round_cap, focus_budget_s=settings.focus_budget)
     try:
         res.hardware_key = this_machine_key()
     except (OSError, NumabenchError):
@@ -388,6 +388,7 @@ def rejudge_session(ns: argparse.Namespace) -> int:
                                     ("--max-pairs", ns.max_pairs is not None),
                                     ("--confirm-pairs", ns.confirm_pairs is not None),
                                     ("--passes", ns.passes is not None), ("--time-budget", ns.time_budget),
+                                    ("--focus-budget", ns.focus_budget is not None),
                                     ("--rewarm", ns.rewarm is not None), ("--workers", ns.workers is not None),
                                     ("--same-cpus", ns.same_cpus is not None),
                                     ("--target-resolution", ns.target_resolution is not None),

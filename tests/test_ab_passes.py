@@ -398,3 +398,60 @@ def test_a_session_kept_with_its_run_record_is_named_as_the_run_was(tmp_path, re
     assert f"base: HEAD~1 ({res.base.commit[:12]})" in text and "numabench-ab-" not in text
     with pytest.raises(UsageError, match=f"s.json's {RUN_KEY}: base.label is missing: required"):
         rejudge({**run, RUN_KEY: {**run[RUN_KEY], "base": {}}}, "s.json")
+
+
+def test_a_focus_gives_the_budget_s_further_pairs_to_its_families_runs_only(tmp_path):
+    """Both runs' entries are too spread for 1%; with the focus on R2's family only its run takes
+    further passes, toward the threshold, and the progress names it."""
+    def passes(focus):
+        fake = FakeSessions(noisy(spread={A: 0.01, A2: 0.01, B: 0.01}), walls={"R1": 2.0, "R2": 2.0})
+        lines: list[str] = []
+        measured = invoke_in_passes(fake, None, None, ["benchmarks"], 3, tmp_path, target_pct=1.0,
+                                    time_budget_s=200.0, focus=focus, clock=lambda: fake.now, progress=lines.append)
+        return fake.asked[3:], measured, lines
+
+    further, _, _ = passes(())
+    assert {n for _, listed in further for n in listed} == {A, A2, B}  # unfocused: both runs' entries
+    further, measured, lines = passes(("R2",))
+    assert further and all(listed == [B] for _, listed in further), further
+    assert [sum(n in m for m in measured["base"]) for n in (A, A2, B)] == [3, 3, 3 + len(further)]
+    assert any("worker runs of R2 (up to" in ln for ln in lines), lines
+
+
+def test_run_ab_focuses_the_budget_on_the_families_whose_own_code_changed(tmp_path, repo):  # noqa: F811
+    """A diff that touches one family's own code (its benchmark module): in passes, with the smoke
+    tier and no --time-budget, that family's runs take further pairs toward the threshold within
+    --focus-budget; a diff of shared code, a given --time-budget or a focus budget of 0 do not."""
+    from numabench.ab import run as ab_run
+
+    touched = {"R2": ("benchmarks/test_R2.py",)}
+    scoped = ab_run.Scope(families=touched)
+    calls = []
+
+    def scope_of(paths, kernels):
+        calls.append(paths)
+        return scoped
+
+    def run(**kw):
+        fake = FakeSessions(noisy(spread={B: 0.01}))
+        return fake, run_ab("HEAD~1", "HEAD", ["benchmarks", "--numa-tier=smoke"], pairs=3, cwd=repo,
+                            build_side=lambda s: "", invoke_both=fake, passes=True, **kw)
+
+    orig = ab_run.scope_of
+    ab_run.scope_of = scope_of
+    try:
+        fake, res = run(focus_budget_s=120.0)
+        assert res.focus == ["R2"] and res.time_budget_s == 120.0 and res.target_pct == res.threshold_pct
+        assert len(fake.asked) > 3 and all(listed == [B] for _, listed in fake.asked[3:])
+        assert "focus: further pairs for R2 toward a resolution of 1%, within 120 s of measuring" in res.scope
+        text = render_text(res)
+        assert "entries of R2 (their own code changed) to a resolution of 1% per second" in text
+        assert from_json(json.loads(json.dumps(to_json(res)))).focus == ["R2"]
+        for kw in ({"focus_budget_s": 0.0}, {"focus_budget_s": 120.0, "time_budget_s": 600.0}):
+            _, res = run(**kw)
+            assert res.focus == [], kw
+        scoped = ab_run.Scope(whole=True, shared=("conftest.py",))
+        fake, res = run(focus_budget_s=120.0)
+        assert res.focus == [] and res.time_budget_s is None and len(fake.asked) == 3
+    finally:
+        ab_run.scope_of = orig

@@ -25,7 +25,8 @@ CI = sorted(p for p in (ROOT / ".ci").rglob("*") if p.is_file() and p.suffix in 
 LIBRARY_NAMES = {"pairs": "pairs", "max_pairs": "max_pairs", "target_pct": "target_resolution",
                  "threshold_pct": "threshold", "confidence": "confidence", "coarsest_pct": "coarsest",
                  "workers": "workers", "interleave": "interleave", "rewarm": "rewarm",
-                 "time_budget_s": "time_budget", "confirm_confidence": "confirm_confidence"}
+                 "time_budget_s": "time_budget", "confirm_confidence": "confirm_confidence",
+                 "focus_budget_s": "focus_budget"}
 AB_CODE = [p for p in PRODUCT if "ab" in p.relative_to(ROOT).parts or p.name in ("cli.py", "ab_sides.py",
                                                                                   "running.py", "pairs.py")]
 

@@ -148,8 +148,9 @@ def rule_line(res: ABResult) -> str:
             + (f"; a worker run whose first pairs were too spread to reach a resolution of {res.target_pct:g}% took "
                f"further pairs, up to {res.max_pairs} (Stein's two-stage rule: its interval's width from the first "
                f"{res.pairs})" if res.max_pairs and res.time_budget_s is None else "")
-            + (f"; further pairs where they brought the most entries to a resolution of {res.target_pct:g}% per "
-               f"second, within a time budget of {res.time_budget_s:.0f} s"
+            + (f"; further pairs where they brought the most entries"
+               f"{' of ' + ', '.join(res.focus) + ' (their own code changed)' if res.focus else ''} to a resolution "
+               f"of {res.target_pct:g}% per second, within a time budget of {res.time_budget_s:.0f} s"
                f"{f' and up to {res.max_pairs} pairs' if res.max_pairs else ''} (Stein's two-stage rule: an "
                f"interval's width from the first {res.pairs})" if res.time_budget_s is not None else "")
             + (f"; each pair took rounds beyond its family's until every entry's pair ratio was known to "
@@ -309,7 +310,7 @@ def to_json(res: ABResult) -> dict[str, Any]:
         "timings_s": dict(res.timings_s), "max_pairs": res.max_pairs, "target_resolution_pct": res.target_pct,
         "confirm_pairs": res.confirm_pairs, "confirm_confidence": res.confirm_confidence, "workers": res.workers,
         "same_cpus": res.same_cpus, "passes": res.passes,
-        "time_budget_s": res.time_budget_s,
+        "time_budget_s": res.time_budget_s, "focus": list(res.focus) or None,
         "round_target_pct": res.round_target_pct or None, "round_cap": res.round_cap or None,
         "stopped_by": signal.Signals(res.stopped_by).name if res.stopped_by else None, "passes_done": res.passes_done,
         "scope": list(res.scope),
@@ -405,6 +406,7 @@ def from_json(data: Any, source: str = "the A/B JSON") -> ABResult:
                        confirm_pairs=int(data.get("confirm_pairs") or 0), workers=str(data.get("workers") or "exec"),
                        same_cpus=bool(data.get("same_cpus")), passes=bool(data.get("passes")),
                        time_budget_s=None if data.get("time_budget_s") is None else float(data["time_budget_s"]),
+                       focus=[str(f) for f in data.get("focus") or []],
                        round_target_pct=float(data.get("round_target_pct") or 0.0),
                        round_cap=int(data.get("round_cap") or 0),
                        stopped_by=int(signal.Signals[data["stopped_by"]]) if data.get("stopped_by") else None,

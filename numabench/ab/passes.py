@@ -13,7 +13,9 @@ Further pairs (Stein's rule, ``max_pairs``) and confirming pairs (``confirm_pair
 too, each a session over only the worker runs that need them (``--numa-ab runs_of=FILE``); a
 confirming pass's session starts its own fork servers, as every session does. With a time budget
 (``time_budget_s``) the further pairs are the ones that fit it, where they bring the most entries
-to the target resolution per second (numabench.ab.budget).
+to the target resolution per second (numabench.ab.budget); with ``focus`` (families) only those
+families' worker runs take them (what numabench ab's --focus-budget gives the families whose own
+code changed).
 """
 from __future__ import annotations
 
@@ -75,13 +77,13 @@ def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest
                      scratch: Path, *, max_pairs: int = DEFAULTS.max_pairs,
                      target_pct: float = DEFAULTS.target_resolution, confirm_pairs: int = 0,
                      threshold_pct: float = DEFAULTS.threshold, confidence: float = DEFAULTS.confidence, time_budget_s: float | None = None,
-                     coarsest_pct: float | None = None,
+                     coarsest_pct: float | None = None, focus: Sequence[str] = (),
                      progress: Callable[[str], None] = lambda line: None,
                      clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
     """``pairs`` passes of the whole selection, then further passes (Stein's rule, up to
     ``max_pairs`` pairs an entry; with ``time_budget_s``, those that fit that many seconds from the
     first pass's start, toward ``target_pct`` and ``coarsest_pct``, uncapped where ``max_pairs`` is
-    0) and ``confirm_pairs`` confirming passes (beyond any budget: a change is never judged on
+    0; with ``focus``, only the worker runs of those families) and ``confirm_pairs`` confirming passes (beyond any budget: a change is never judged on
     fewer) over the worker runs that need them: what they measured merged as one session's
     (invoke_interleaved's shape, "confirming": each entry's confirming pairs), and the kept session
     (``scratch / "ab.json"``) merged likewise.
@@ -92,8 +94,8 @@ def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest
     try:
         _passes(invoke_session, base, head, pytest_args, pairs, scratch, merged, jsons, max_pairs=max_pairs,
                 target_pct=target_pct, confirm_pairs=confirm_pairs, threshold_pct=threshold_pct,
-                confidence=confidence, time_budget_s=time_budget_s, coarsest_pct=coarsest_pct, progress=progress,
-                clock=clock)
+                confidence=confidence, time_budget_s=time_budget_s, coarsest_pct=coarsest_pct, focus=focus,
+                progress=progress, clock=clock)
     except KeyboardInterrupt as stop:
         if isinstance(stop, StoppedWithMeasurements):  # the stopped pass's finished worker runs
             merge_session(merged, stop.measured)
@@ -108,7 +110,8 @@ def invoke_in_passes(invoke_session: InvokeSession, base: Any, head: Any, pytest
 def _passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Sequence[str], pairs: int,
             scratch: Path, merged: dict[str, Any], jsons: list[Path], *, max_pairs: int, target_pct: float,
             confirm_pairs: int, threshold_pct: float, confidence: float, time_budget_s: float | None,
-            coarsest_pct: float | None, progress: Callable[[str], None], clock: Callable[[], float]) -> None:
+            coarsest_pct: float | None, focus: Sequence[str], progress: Callable[[str], None],
+            clock: Callable[[], float]) -> None:
     """invoke_in_passes' passes, each one's measurements merged and its JSON listed as it ends
     (a stopped one's JSON listed before it runs: what its finished worker runs wrote)."""
     listing = scratch / "runs-of.txt"
@@ -136,12 +139,17 @@ def _passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Se
         runs = run_needs(merged, names, wanted_pct, confidence, max_pairs or None,
                          lambda name: entry_pair_ratios(merged, name), lambda name: entry_pair_errors(merged, name))
         elapsed = clock() - started
+        # what a pass takes beyond its runs: from every run the first passes timed, focused or not
         overhead = max(0.0, elapsed / pairs - sum(r.cost_s for r in runs.values()))
+        if focus:  # only the focused families' runs take further pairs (a worker run's key is FAMILY[case])
+            runs = {key: need for key, need in runs.items() if key.split("[")[0] in focus}
+            names = [n for n in names if merged["runs"].get(n) in runs]
         levels = allocate(runs, pairs, time_budget_s - elapsed, overhead)
         runs_of = merged["runs"]
         wanted = {n: levels[runs_of[n]] for n in names if levels.get(runs_of.get(n, ""), pairs) > pairs}
+        of_focus = f" of {', '.join(focus)}" if focus else ""
         progress(f"time budget {time_budget_s:.0f} s, {elapsed:.0f} s taken: further pairs for "
-                 f"{sum(n > pairs for n in levels.values())} of {len(levels)} worker runs (up to "
+                 f"{sum(n > pairs for n in levels.values())} of {len(levels)} worker runs{of_focus} (up to "
                  f"{max(levels.values(), default=pairs)} pairs), toward resolutions of "
                  f"{' and '.join(f'{p:g}%' for p in wanted_pct)}")
         for p in range(pairs, max(wanted.values(), default=pairs)):

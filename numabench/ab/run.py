@@ -153,6 +153,9 @@ class ABResult:
     stopped_by: int | None = None
     passes_done: int | None = None  # in passes, the passes that ran to their end (of a stopped run: before the stop)
     scope: list[str] = field(default_factory=list)  # which families ran which tier, and why (numabench.ab.scope)
+    # the families whose own code changed and whose worker runs alone took the time budget's further
+    # pairs, toward a resolution of the threshold (--focus-budget); empty: none, or every run as the budget chose
+    focus: list[str] = field(default_factory=list)
     # MemTotal (GiB) when the measuring began and when it ended: a VM whose memory grows as used
     # shows it here (None: not read)
     mem_total_gib: tuple[float, float] | None = None
@@ -583,7 +586,8 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
            same_cpus: bool = False, passes: bool = False, time_budget_s: float | None = DEFAULTS.time_budget,
            confirm_confidence: float | None = DEFAULTS.confirm_confidence,
            rewarm: bool = DEFAULTS.rewarm, scope: str = DEFAULTS.scope,
-           round_target_pct: float = DEFAULTS.round_target, round_cap: int = DEFAULTS.round_cap) -> ABResult:
+           round_target_pct: float = DEFAULTS.round_target, round_cap: int = DEFAULTS.round_cap,
+           focus_budget_s: float = DEFAULTS.focus_budget) -> ABResult:
     """A/B of revisions ``base`` and ``head`` (None: the working tree) of the git checkout at
     ``cwd``: each side built (``build_side``) in its own worktree, measured (``interleave``
     "rounds": one session of the head timing both, ``invoke_both``; "invocations": ABBA order of
@@ -609,7 +613,11 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
     ``round_target_pct`` (rounds mode; 0: off): each pair takes rounds until every entry's pair
     ratio is known to that standard error, at most ``round_cap`` x its family's rounds. ``scope``
     "diff": with the smoke tier selected, the families whose code differs between the sides run
-    their ci slice (numabench.ab.scope); "given": the selection as it is. The settings'
+    their ci slice (numabench.ab.scope); "given": the selection as it is. ``focus_budget_s`` (in
+    passes, scope "diff", no ``time_budget_s``; 0: off): where some families' own code changed (not
+    all families'), those families' worker runs take further pairs toward a resolution of
+    ``threshold_pct`` within that many seconds of measuring (the time budget's rule, for them
+    only). The settings'
     defaults are numabench.ab.settings.ABSettings'; those that numabench ab's command line decides
     from the others (confirming pairs, same CPUs, passes) are off here unless given.
     ``session_json``: where to keep
@@ -669,6 +677,14 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                 scoped = scope_of(changed_paths(repo, base_commit, head_commit), family_kernels())
                 pytest_args = [*pytest_args, *scoped.pytest_args(tier)]
             scope_lines = scoped.lines(tier) if scoped is not None else [f"scope: the {tier} tier as given"]
+            # the families whose own code changed take the further pairs that resolve their entries to the threshold
+            focus = (sorted(scoped.families) if passes and interleave == "rounds" and time_budget_s is None
+                     and focus_budget_s > 0 and scoped is not None and not scoped.whole else [])
+            budget_s, budget_target, budget_coarsest = time_budget_s, target_pct, coarsest_pct
+            if focus:
+                budget_s, budget_target, budget_coarsest = focus_budget_s, threshold_pct, None
+                scope_lines.append(f"focus: further pairs for {', '.join(focus)} toward a resolution of "
+                                   f"{threshold_pct:g}%, within {focus_budget_s:.0f} s of measuring")
             for line in scope_lines:
                 progress(line)
             timings: dict[str, float] = {}
@@ -694,10 +710,10 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
                                  "p a session of its own that times pair p of every worker run")
                         measured = invoke_in_passes(invoke_both, sides["base"], sides["head"],
                                                     [*pytest_args, *session_args], pairs, tmp, max_pairs=max_pairs,
-                                                    target_pct=target_pct, confirm_pairs=confirm_pairs,
+                                                    target_pct=budget_target, confirm_pairs=confirm_pairs,
                                                     threshold_pct=threshold_pct, confidence=confidence,
-                                                    time_budget_s=time_budget_s, coarsest_pct=coarsest_pct,
-                                                    progress=progress)
+                                                    time_budget_s=budget_s, coarsest_pct=budget_coarsest,
+                                                    focus=focus, progress=progress)
                     else:
                         progress(f"{pairs} pairs, rounds alternating between base and head in one session")
                         measured = invoke_both(sides["base"], sides["head"], [*pytest_args, *session_args], pairs,
@@ -721,9 +737,10 @@ def run_ab(base: str, head: str | None, pytest_args: Sequence[str], *, pairs: in
         res.rows, res.missing = judge_measured(measured, threshold_pct, confidence, pairs,
                                                measured.get("confirming"), confirm_confidence)
         attach_cpus(res.rows, measured.get("cpus") or {})
-        if max_pairs > pairs or time_budget_s is not None:
-            res.max_pairs, res.target_pct = max_pairs, target_pct
-        res.time_budget_s = time_budget_s
+        if max_pairs > pairs or budget_s is not None:
+            res.max_pairs, res.target_pct = max_pairs, budget_target
+        res.time_budget_s = budget_s
+        res.focus = focus
         if interleave == "rounds":
             res.confirm_pairs, res.workers, res.same_cpus, res.passes = confirm_pairs, workers, same_cpus, passes
             res.confirm_confidence = confirm_confidence if confirm_pairs else None

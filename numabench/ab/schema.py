@@ -73,6 +73,7 @@ class Verdicts(OpenObject):
     same_cpus: bool | None = None
     passes: bool | None = None
     time_budget_s: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False)] | None = None
+    focus: list[Text] | None = None
     round_target_pct: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] | None = None
     round_cap: Annotated[int, Field(ge=1, le=100)] | None = None
     stopped_by: SignalName | None = None

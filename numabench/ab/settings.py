@@ -95,6 +95,19 @@ def _duration(option: str) -> Callable[[str], float]:
     return lambda text: parse_duration_s(text, option)
 
 
+def _duration_or_off(option: str) -> Callable[[str], float]:
+    """A duration as parse_duration_s reads it, or 0 (off)."""
+    def parse(text: str) -> float:
+        if str(text).strip() in ("0", "0s", "0m", "0h"):
+            return 0.0
+        try:
+            return parse_duration_s(text, option)
+        except UsageError:
+            raise UsageError(f"{option} {text}: allowed 0 (off) or a time > 0 in seconds or with a unit: 900, 900s, "
+                             "15m, 1h") from None
+    return parse
+
+
 def _choice(option: str, allowed: Sequence[str]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in allowed:
@@ -169,6 +182,14 @@ class ABSettings:
         "--target-resolution per second, as long as the measuring fits DURATION (900, 900s, 15m, 1h); confirming "
         "pairs come after it", _duration("--time-budget"), show=lambda v: f"{v:g}", metavar="DURATION",
         default_text="none")
+    focus_budget: float = _setting(
+        540.0, "focus-budget", "in passes, with --scope diff and the smoke tier, where some families' own code "
+        "changed (not code every family runs): further pairs (Stein's rule) for those families' worker runs only, "
+        "where they bring the most of their entries to a resolution of --threshold per second, as long as the "
+        "measuring, the first passes included, fits DURATION; confirming pairs come after it; 0: none; "
+        "--time-budget, where given, decides instead. Why: the host-side families' pairs spread 1-25%, so 3 pairs "
+        "leave a 3% change unresolved (docs/GATE.md)", _duration_or_off("--focus-budget"), show=lambda v: f"{v:g}",
+        metavar="DURATION")
     confirm_pairs: int | None = _setting(
         None, "confirm-pairs", "rounds mode: a worker run whose pairs judge an entry slower or faster runs N further "
         "pairs of fresh workers, and its entries are judged on all of them (0: none)",
