@@ -115,3 +115,41 @@ def test_what_stepping_second_costs_is_told_apart():
     assert spread.position == pytest.approx(math.log(1.1), rel=1e-6)
     assert spread.pair_sd == pytest.approx(0.0, abs=1e-12) and spread.within_sd > 0.09
     assert "2nd side %" in table([spread])[0]
+
+
+def test_the_cheapest_way_to_a_resolution_follows_where_the_spread_is_and_what_a_pair_costs():
+    """A rounds-only spread behind a dear set-up is bought with rounds; a pairs-only one with pairs;
+    the time is pairs x (fixed + stepping scaled by the rounds)."""
+    from numabench.ab.noise import RunCost
+
+    rng = random.Random(11)
+    rounds_only = spread_of("r", *synthetic(rng, 12, 10, 0.05, 0.0))
+    pairs_only = spread_of("p", *synthetic(rng, 12, 10, 0.001, 0.02))
+    dear_setup = RunCost("R[x]", (rounds_only,), 10, pair_s=20.0, stepping_s=1.0)
+    pairs, rounds, seconds = dear_setup.cheapest(1.0)
+    assert rounds > 10 and seconds == pytest.approx(pairs * (19.0 + rounds / 10))
+    assert rounds_only.resolution_at(pairs, rounds) <= 1.0
+    by_pairs = RunCost("P[x]", (pairs_only,), 10, pair_s=20.0, stepping_s=1.0).cheapest(1.0)
+    assert by_pairs[1] == 10 and by_pairs[0] > 12  # rounds buy nothing there
+    assert RunCost("P[x]", (pairs_only,), 10, 20.0, 1.0).cheapest(1.0, most_pairs=5) is None
+
+
+def test_a_pair_s_stepping_is_its_step_requests():
+    from numabench.ab.noise import step_requests_s
+
+    def entry(name, rewarmed):
+        return {"name": name, "extra_info": {"rounds": 30, "run_step_wall_s": 0.04,
+                                             "ab_base": {"rewarmed_pairs": [rewarmed] * 3}}}
+    # two variants (the phase dropped), 2 sides, 30 rounds, each timed round after an untimed one
+    both = [entry("test_p[alloc-np1-4M-x]", True), entry("test_p[free-np1-4M-x]", True),
+            entry("test_p[alloc-np1-4M-y]", True)]
+    assert step_requests_s(both) == pytest.approx(30 * 2 * 2 * 2 * 0.04)
+    assert step_requests_s([entry("test_p[alloc-np1-4M-x]", False)]) == pytest.approx(30 * 2 * 0.04)
+
+
+def test_the_tool_prints_what_the_threshold_would_cost_each_worker_run():
+    out = subprocess.run([sys.executable, "-m", "numabench.tools.ab_noise", str(KEPT)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "what a resolution of 1% would cost each worker run (an estimate" in out.stdout
+    assert "cpu_adam[np1-134M-default-fp32]" in out.stdout and "all <= 1% at" in out.stdout

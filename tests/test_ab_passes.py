@@ -23,7 +23,7 @@ from numabench.ab.budget import RunNeeds, allocate, run_needs
 from numabench.ab.passes import invoke_in_passes, merge_session, empty_measured, merge_session_jsons
 from numabench.ab.rejudge import rejudge
 from numabench.ab.session import session_measured
-from numabench.gate.pairs import confirmed_confidence, judge_ratios
+from numabench.gate.pairs import confirmed_confidence, judge_ratios, t_interval
 from test_ab import repo  # noqa: F401  (the scratch repository fixture)
 from test_ab_sides import ROOT, SESSION
 
@@ -413,9 +413,16 @@ def test_a_focus_gives_the_budget_s_further_pairs_to_its_families_runs_only(tmp_
     further, _, _ = passes(())
     assert {n for _, listed in further for n in listed} == {A, A2, B}  # unfocused: both runs' entries
     further, measured, lines = passes(("R2",))
-    assert further and all(listed == [B] for _, listed in further), further
+    assert len(further) > 3 and all(listed == [B] for _, listed in further), further
     assert [sum(n in m for m in measured["base"]) for n in (A, A2, B)] == [3, 3, 3 + len(further)]
+    # the focused run's first stage is 6 pairs (3 more passes), its Stein's needs taken from all 6
+    assert measured["first_stage"] == {B: 6}
+    assert [ln for ln in lines if "first-stage pair" in ln] == [
+        f"pass {p}: a first-stage pair of the worker runs of R2, whose own code changed" for p in (4, 5, 6)]
     assert any("worker runs of R2 (up to" in ln for ln in lines), lines
+    kept = json.loads((tmp_path / "ab.json").read_text())
+    assert {b["fullname"]: b["extra_info"]["ab_base"].get("first_stage_pairs") for b in kept["benchmarks"]} == {
+        A: None, A2: None, B: 6}
 
 
 def test_run_ab_focuses_the_budget_on_the_families_whose_own_code_changed(tmp_path, repo):  # noqa: F811
@@ -442,7 +449,16 @@ def test_run_ab_focuses_the_budget_on_the_families_whose_own_code_changed(tmp_pa
     try:
         fake, res = run(focus_budget_s=120.0)
         assert res.focus == ["R2"] and res.time_budget_s == 120.0 and res.target_pct == res.threshold_pct
-        assert len(fake.asked) > 3 and all(listed == [B] for _, listed in fake.asked[3:])
+        assert len(fake.asked) > 6 and all(listed == [B] for _, listed in fake.asked[3:])
+        row = next(r for r in res.rows if r.fullname == B)
+        # judged with Stein's width from its first 6 pairs, as its needs were taken
+        low, high, _ = t_interval(row.pair_ratios, res.confidence, 6, row.pair_errors)
+        assert (row.low, row.high) == pytest.approx((low, high))
+        kept = tmp_path / "kept.json"  # judged again from the kept session: the same first stage
+        fake, res = run(focus_budget_s=120.0, session_json=kept)
+        again = rejudge(json.loads(kept.read_text()), str(kept))
+        assert [(r.fullname, r.low, r.high, r.verdict) for r in again.rows] == pytest.approx(
+            [(r.fullname, r.low, r.high, r.verdict) for r in res.rows])
         assert "focus: further pairs for R2 toward a resolution of 1%, within 120 s of measuring" in res.scope
         text = render_text(res)
         assert "entries of R2 (their own code changed) to a resolution of 1% per second" in text

@@ -126,3 +126,88 @@ def table(spreads: Iterable[Spread], pairs: Sequence[int] = (3, 6, 12), rounds: 
              f"{s.pair_sd * 100:.2f}", f"{s.between_share:.0%}",
              *(f"{s.resolution_at(p, r, confidence):.2f}" for p, r in cols)] for s in spreads]
     return format_table(head, rows)
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """One worker run of a kept session: its entries' spreads and what a pair of it cost, split
+    into the stepping (which grows with the rounds) and the rest (set-up, teardown: per pair)."""
+    run: str
+    spreads: tuple[Spread, ...]
+    rounds: int  # rounds a pair had in the session
+    pair_s: float  # the median wall of its pairs, both sides (ab_base.pair_walls_s)
+    stepping_s: float  # of which stepping, modelled (step_requests_s)
+
+    @property
+    def fixed_s(self) -> float:
+        return max(self.pair_s - self.stepping_s, 0.0)
+
+    def seconds(self, pairs: int, rounds: int) -> float:
+        """The measuring ``pairs`` pairs of ``rounds`` rounds would take (further passes' start-up
+        left out: a lower bound)."""
+        return pairs * (self.fixed_s + self.stepping_s * rounds / self.rounds)
+
+    def cheapest(self, target_pct: float, confidence: float = DEFAULTS.confidence, most_pairs: int = 300,
+                 most_rounds_x: int = 40) -> tuple[int, int, float] | None:
+        """The cheapest (pairs, rounds, seconds) that brings every entry of the run to a resolution
+        of ``target_pct``: pairs from 3 to ``most_pairs``, rounds whole multiples of the session's up
+        to ``most_rounds_x`` of them; None where none does."""
+        best = None
+        for pairs in range(max(MIN_PAIRS, 3), most_pairs + 1):
+            for k in range(1, most_rounds_x + 1):
+                rounds = self.rounds * k
+                if max(s.resolution_at(pairs, rounds, confidence) for s in self.spreads) <= target_pct:
+                    seconds = self.seconds(pairs, rounds)
+                    if best is None or seconds < best[2]:
+                        best = (pairs, rounds, seconds)
+                    break  # more rounds at these pairs only cost more
+        return best
+
+
+def step_requests_s(entries: Sequence[Mapping[str, Any]]) -> float:
+    """A pair's stepping of one worker run, from what its head recorded (``run_step_wall_s``, the
+    wall of one step request: one variant's step on one side): rounds x 2 sides x the run's
+    variants (its entries' cases without their phase) x 2 where each timed round followed an
+    untimed one (``rewarmed_pairs``)."""
+    extra = entries[0].get("extra_info") or {}
+    ab = extra.get("ab_base") or {}
+    rewarm = 2 if all(ab.get("rewarmed_pairs") or [False]) else 1
+    variants = {str(b.get("name", "")).split("[", 1)[-1].split("-", 1)[-1] for b in entries}
+    return float(extra.get("rounds") or 0) * 2 * len(variants) * rewarm * float(extra.get("run_step_wall_s") or 0.0)
+
+
+def session_run_costs(run: Mapping[str, Any], families: Sequence[str] | None = None) -> list[RunCost]:
+    """Each worker run of a kept session (of ``families`` where given) whose entries kept both
+    sides' rounds and whose pairs' walls were recorded, in the session's order."""
+    spreads = {s.name: s for s in session_spreads(run)}
+    by_run: dict[str, list[Mapping[str, Any]]] = {}
+    for bench in run.get("benchmarks") or []:
+        extra = bench.get("extra_info") or {}
+        key = (extra.get("ab_base") or {}).get("run")
+        name = str(bench.get("fullname") or bench.get("name"))
+        if key and name in spreads and (families is None or str(key).split("[")[0] in families):
+            by_run.setdefault(str(key), []).append(bench)
+    out = []
+    for key, entries in by_run.items():
+        walls = (entries[0]["extra_info"]["ab_base"].get("pair_walls_s") or [])
+        if not walls:
+            continue
+        own = tuple(spreads[str(b.get("fullname") or b.get("name"))] for b in entries)
+        out.append(RunCost(key, own, min(s.rounds for s in own), statistics.median(walls), step_requests_s(entries)))
+    return out
+
+
+def cost_table(costs: Iterable[RunCost], target_pct: float, confidence: float = DEFAULTS.confidence) -> list[str]:
+    """Per worker run: its pair's cost now and the cheapest pairs x rounds that bring all its
+    entries to ``target_pct``, with the measuring that takes (an estimate, a lower bound)."""
+    head = ["worker run", "entries", "pairs x rounds", "pair wall s", "stepping s", "resolution now %",
+            f"all <= {target_pct:g}% at", "est. minutes", "now minutes"]
+    rows = []
+    for c in costs:
+        pairs = min(s.pairs for s in c.spreads)
+        now = [s.resolution_at(pairs, c.rounds, confidence) for s in c.spreads]
+        best = c.cheapest(target_pct, confidence)
+        rows.append([c.run, str(len(c.spreads)), f"{pairs}x{c.rounds}", f"{c.pair_s:.1f}", f"{c.stepping_s:.1f}",
+                     f"{min(now):.2f}-{max(now):.2f}", f"{best[0]}x{best[1]}" if best else "beyond 300 pairs",
+                     f"{best[2] / 60:.1f}" if best else "-", f"{c.seconds(pairs, c.rounds) / 60:.1f}"])
+    return format_table(head, rows)

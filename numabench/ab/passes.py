@@ -14,8 +14,8 @@ too, each a session over only the worker runs that need them (``--numa-ab runs_o
 confirming pass's session starts its own fork servers, as every session does. With a time budget
 (``time_budget_s``) the further pairs are the ones that fit it, where they bring the most entries
 to the target resolution per second (numabench.ab.budget); with ``focus`` (families) only those
-families' worker runs take them (what numabench ab's --focus-budget gives the families whose own
-code changed).
+families' worker runs take them, after a first stage of twice the pairs (what numabench ab's
+--focus-budget gives the families whose own code changed).
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ BASE_PER_PAIR = ("invocation_medians_s", "invocation_cpus", "invocation_rounds_s
 
 
 def empty_measured() -> dict[str, Any]:
-    return {"base": [], "head": [], "ratios": [], "errors": [], "failed": [], "confirming": {}, "cpus": {}, "runs": {}, "walls": {},
+    return {"base": [], "head": [], "ratios": [], "errors": [], "failed": [], "confirming": {}, "first_stage": {},
+            "cpus": {}, "runs": {}, "walls": {},
             "passes_done": 0, "_no_cpus": set()}
 
 
@@ -136,23 +137,39 @@ def _passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Se
     if time_budget_s is not None:
         names = sorted(set().union(*merged["base"]))
         wanted_pct = sorted({target_pct, *([coarsest_pct] if coarsest_pct else [])})
-        runs = run_needs(merged, names, wanted_pct, confidence, max_pairs or None,
-                         lambda name: entry_pair_ratios(merged, name), lambda name: entry_pair_errors(merged, name))
+
+        def needs(of: Sequence[str]) -> dict[str, Any]:
+            return run_needs(merged, of, wanted_pct, confidence, max_pairs or None,
+                             lambda name: entry_pair_ratios(merged, name), lambda name: entry_pair_errors(merged, name))
+
+        runs = needs(names)
         elapsed = clock() - started
         # what a pass takes beyond its runs: from every run the first passes timed, focused or not
         overhead = max(0.0, elapsed / pairs - sum(r.cost_s for r in runs.values()))
+        runs_of = merged["runs"]
+        first = pairs
         if focus:  # only the focused families' runs take further pairs (a worker run's key is FAMILY[case])
             runs = {key: need for key, need in runs.items() if key.split("[")[0] in focus}
-            names = [n for n in names if merged["runs"].get(n) in runs]
-        levels = allocate(runs, pairs, time_budget_s - elapsed, overhead)
-        runs_of = merged["runs"]
-        wanted = {n: levels[runs_of[n]] for n in names if levels.get(runs_of.get(n, ""), pairs) > pairs}
+            names = [n for n in names if runs_of.get(n) in runs]
+            # Their first stage is twice the pairs: Stein's needs from 3 pairs (t at 2 degrees of freedom,
+            # 4.30) are 2.8x those from 6 (2.57), more than a budget of minutes buys a host-side run.
+            for p in range(pairs, 2 * pairs):
+                if not names or clock() - started + pass_cost_s(runs, names, runs_of, overhead) > time_budget_s:
+                    break
+                one_pass(p, None, names, f"a first-stage pair of the worker runs of {', '.join(focus)}, whose own "
+                                         "code changed")
+                first = done = p + 1
+            merged["first_stage"].update({n: first for n in names if first > pairs})
+            runs = needs(names)  # Stein's first stage on all of those pairs
+            elapsed = clock() - started
+        levels = allocate(runs, first, time_budget_s - elapsed, overhead)
+        wanted = {n: levels[runs_of[n]] for n in names if levels.get(runs_of.get(n, ""), first) > first}
         of_focus = f" of {', '.join(focus)}" if focus else ""
         progress(f"time budget {time_budget_s:.0f} s, {elapsed:.0f} s taken: further pairs for "
-                 f"{sum(n > pairs for n in levels.values())} of {len(levels)} worker runs{of_focus} (up to "
-                 f"{max(levels.values(), default=pairs)} pairs), toward resolutions of "
+                 f"{sum(n > first for n in levels.values())} of {len(levels)} worker runs{of_focus} (up to "
+                 f"{max(levels.values(), default=first)} pairs), toward resolutions of "
                  f"{' and '.join(f'{p:g}%' for p in wanted_pct)}")
-        for p in range(pairs, max(wanted.values(), default=pairs)):
+        for p in range(first, max(wanted.values(), default=first)):
             only = [n for n, w in wanted.items() if w > p]
             if clock() - started + pass_cost_s(runs, only, runs_of, overhead) > time_budget_s:
                 progress(f"time budget {time_budget_s:.0f} s: the next further pass would end after it; none more")
@@ -190,14 +207,17 @@ def _keep_session(scratch: Path, jsons: Sequence[Path], merged: dict[str, Any]) 
         except (OSError, ValueError):
             continue
     if runs:
-        (scratch / "ab.json").write_text(json.dumps(merge_session_jsons(runs, merged.get("confirming") or {})))
+        (scratch / "ab.json").write_text(json.dumps(merge_session_jsons(runs, merged.get("confirming") or {},
+                                                                        merged.get("first_stage") or {})))
 
 
-def merge_session_jsons(runs: Sequence[dict[str, Any]], confirming: dict[str, int]) -> dict[str, Any]:
+def merge_session_jsons(runs: Sequence[dict[str, Any]], confirming: dict[str, int],
+                        first_stage: dict[str, int] | None = None) -> dict[str, Any]:
     """The passes' pytest-benchmark JSONs as one session's: the first pass's run with each entry's
     per-pair lists (the head's invocation medians, machines, CPUs and walls; the base's in
     ``extra_info["ab_base"]``, with both sides' rounds) extended pass by pass, entries first seen in
-    a later pass added, and each entry's confirming pairs (``confirming``) as that session's."""
+    a later pass added, and each entry's confirming pairs (``confirming``) and, where larger than
+    the run's --pairs, its first stage (``first_stage``) as that session's."""
     merged = json.loads(json.dumps(runs[0]))
     by_name = {b["fullname"]: b for b in merged.get("benchmarks") or []}
     for run in runs[1:]:
@@ -214,6 +234,8 @@ def merge_session_jsons(runs: Sequence[dict[str, Any]], confirming: dict[str, in
         ab = (bench.get("extra_info") or {}).get(AB_BASE_KEY)
         if isinstance(ab, dict):
             ab["confirmation_pairs"] = confirming.get(bench["fullname"], 0)
+            if (first_stage or {}).get(bench["fullname"]):
+                ab["first_stage_pairs"] = first_stage[bench["fullname"]]
     return merged
 
 

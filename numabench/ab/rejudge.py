@@ -14,7 +14,7 @@ from typing import Any
 from numabench.errors import UsageError
 from numabench.ab.run import ABResult, Side, confirm_confidence_of, judge_measured
 from numabench.ab.formats import RUN_KEY, recorded_run
-from numabench.ab.session import AB_BASE_KEY, confirming_pairs, interleaved_medians
+from numabench.ab.session import AB_BASE_KEY, confirming_pairs, first_stage_pairs, interleaved_medians
 from numabench.gate.pairs import MIN_PAIRS, PAIR_RATIO, PAIR_RATIOS
 from numabench.ab.settings import DEFAULTS
 
@@ -60,12 +60,13 @@ def rejudge(run: dict[str, Any], source: str, *, pairs: int | None = None,
     from_rounds = PAIR_RATIO if pair_ratio == "medians" else pair_ratio  # "medians" drops them below
     measured: dict[str, Any] = interleaved_medians(run, MIN_PAIRS, source, from_rounds)
     confirming = confirming_pairs(run)
+    measured["first_stage"] = first_stage_pairs(run)
     first = recorded_pairs(measured, confirming)
     if pairs is not None:
         most = sum(bool(m) for m in measured["base"])
         if not MIN_PAIRS <= pairs <= most:
             raise UsageError(f"--pairs {pairs}: {source} has {most} pairs at most: allowed {MIN_PAIRS} to {most}")
-        measured = {k: v[:pairs] for k, v in measured.items()}
+        measured = {k: v[:pairs] for k, v in measured.items() if k != "first_stage"}
         first, confirming = pairs, {}
     if pair_ratio == "medians":
         measured.pop("ratios", None)

@@ -500,7 +500,8 @@ def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: f
                    ) -> tuple[list[ABRow], list[str]]:
     """The rows of the entries both sides measured in each of the first ``pairs`` invocations
     (pair i: base's i-th and head's i-th; default: every invocation), each judged on every pair
-    it has, and the full names of those they did not (not judged). ``confirming``: full name ->
+    it has (Stein's width from its first ``pairs``, or from as many as ``measured["first_stage"]``
+    names for it), and the full names of those they did not (not judged). ``confirming``: full name ->
     the confirming pairs among its pairs (confirming_pairs), judged at ``confirm_confidence``
     (judge_pairs). ``ratios_from``: how ``measured["ratios"]`` came from the rounds."""
     rows: list[ABRow] = []
@@ -517,7 +518,8 @@ def judge_measured(measured: dict[str, list[dict[str, float]]], threshold_pct: f
         by_rounds = [r for _, _, r, _ in both]
         errs = [e for _, _, _, e in both]
         rows.append(judge_pairs(name.split("::")[-1], [b for b, _, _, _ in both], [h for _, h, _, _ in both],
-                                threshold_pct, confidence, name, first_stage=need,
+                                threshold_pct, confidence, name,
+                                first_stage=(measured.get("first_stage") or {}).get(name, need),
                                 confirmation_pairs=(confirming or {}).get(name, 0),
                                 round_ratios=by_rounds if None not in by_rounds else None,
                                 confirm_confidence=confirm_confidence, ratios_from=ratios_from,

@@ -116,14 +116,25 @@ def pair_cpus(run: dict) -> dict[str, dict[str, list]]:
     return out
 
 
-def confirming_pairs(run: dict) -> dict[str, int]:
-    """Entry full name -> the confirming pairs its worker run took (fixtures.ab_sides), where it took any."""
+def _counts(run: dict, key: str) -> dict[str, int]:
+    """Entry full name -> its ``extra_info["ab_base"][key]``, where that is a whole number > 0."""
     out = {}
     for b in run["benchmarks"]:
-        n = ((b.get("extra_info") or {}).get(AB_BASE_KEY) or {}).get("confirmation_pairs") or 0
+        n = ((b.get("extra_info") or {}).get(AB_BASE_KEY) or {}).get(key) or 0
         if isinstance(n, int) and n > 0:
             out[b["fullname"]] = n
     return out
+
+
+def first_stage_pairs(run: dict) -> dict[str, int]:
+    """Entry full name -> its first stage's pairs where the session gave it more than --pairs (numabench ab
+    --focus-budget: the families whose own code changed), as the kept session recorded them."""
+    return _counts(run, "first_stage_pairs")
+
+
+def confirming_pairs(run: dict) -> dict[str, int]:
+    """Entry full name -> the confirming pairs its worker run took (fixtures.ab_sides), where it took any."""
+    return _counts(run, "confirmation_pairs")
 
 
 def run_walls(run: dict) -> tuple[dict[str, str], dict[str, list[float]]]:

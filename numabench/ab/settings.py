@@ -184,8 +184,9 @@ class ABSettings:
         default_text="none")
     focus_budget: float = _setting(
         540.0, "focus-budget", "in passes, with --scope diff and the smoke tier, where some families' own code "
-        "changed (not code every family runs): further pairs (Stein's rule) for those families' worker runs only, "
-        "where they bring the most of their entries to a resolution of --threshold per second, as long as the "
+        "changed (not code every family runs): those families' worker runs only take as many pairs again (a first "
+        "stage of twice --pairs), then further pairs (Stein's rule) where they bring the most of their entries to "
+        "a resolution of --threshold per second, as long as the "
         "measuring, the first passes included, fits DURATION; confirming pairs come after it; 0: none; "
         "--time-budget, where given, decides instead. Why: the host-side families' pairs spread 1-25%, so 3 pairs "
         "leave a 3% change unresolved (docs/GATE.md)", _duration_or_off("--focus-budget"), show=lambda v: f"{v:g}",

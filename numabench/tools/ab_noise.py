@@ -1,11 +1,14 @@
 """``python -m numabench.tools.ab_noise SESSION [SESSION ...]``: where each entry's spread in a
-kept A/B session comes from, within a pair (round to round) or between pairs, and the
-resolution other numbers of pairs and rounds would give (numabench.ab.noise)."""
+kept A/B session comes from, within a pair (round to round) or between pairs, the
+resolution other numbers of pairs and rounds would give, and per worker run the cheapest pairs x
+rounds that bring all its entries to the threshold (1%) with the measuring that would take
+(numabench.ab.noise)."""
 from __future__ import annotations
 
 import sys
 
-from numabench.ab.noise import session_spreads, table
+from numabench.ab.noise import cost_table, session_run_costs, session_spreads, table
+from numabench.ab.settings import DEFAULTS
 from numabench.errors import UsageError
 from numabench.results import storage
 
@@ -24,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"{path}: {len(spreads)} entries with both sides' rounds")
         print("\n".join(table(spreads)))
+        costs = session_run_costs(storage.load_run(path))
+        if costs:
+            print(f"\nwhat a resolution of {DEFAULTS.threshold:g}% would cost each worker run (an estimate: a pair's "
+                  "stepping from its head's wall per step request, the rest of its median pair wall fixed per pair, "
+                  "further passes' start-up left out)")
+            print("\n".join(cost_table(costs, DEFAULTS.threshold)))
     return 0
 
 
