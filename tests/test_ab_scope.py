@@ -123,3 +123,35 @@ def test_a_family_at_another_tier_is_collected_at_it_and_the_others_are_not():
 def test_no_change_at_all_says_so():
     assert Scope().lines("smoke") == ["scope: the smoke tier: no path differs between base and head"]
     assert Scope().pytest_args("smoke") == []
+
+
+# serial: alone, as the other end-to-end A/Bs (their git worktrees, the two cores)
+@pytest.mark.serial
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
+def test_a_change_to_one_family_s_own_code_takes_a_first_stage_and_the_focus_end_to_end(tmp_path):
+    """A clone whose head changes touch's benchmark module, numabench ab at the smoke tier (touch at
+    4M): touch's run takes a first stage of 6 pairs, passes 4-6 over it alone, before the focus
+    budget's rule toward 1%; the verdict file names the focus, the kept session each entry's first
+    stage, and no worktree is left. No verdict on real timings is asserted."""
+    clone = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    module = clone / "benchmarks" / "test_touch.py"
+    module.write_text(module.read_text() + "# a change to touch's own code\n")
+    git(clone, "commit", "-qam", "touch changed")
+    verdicts, session = tmp_path / "v.json", tmp_path / "s.json"
+    out = subprocess.run([sys.executable, "-m", "numabench", "ab", "HEAD~1", "HEAD", "--focus-budget", "120",
+                          "--json", str(verdicts), "--session-json", str(session), "--", "benchmarks",
+                          "--numa-tier=smoke", "-k", "test_touch", "--numa-policies=default", "--param-sizes=4M"],
+                         cwd=clone, capture_output=True, text=True, timeout=900)
+    data = json.loads(verdicts.read_text())
+    assert out.returncode == data["exit_code"] in (0, 1), out.stderr[-3000:]
+    for p in (4, 5, 6):
+        assert f"[ab] pass {p}: a first-stage pair of the worker runs of touch, whose own code changed" in out.stderr
+    assert data["focus"] == ["touch"] and data["target_resolution_pct"] == 1.0 and data["time_budget_s"] == 120.0
+    [entry] = data["entries"]
+    assert entry["pairs"] >= 6
+    kept = json.loads(session.read_text())
+    assert [b["extra_info"]["ab_base"]["first_stage_pairs"] for b in kept["benchmarks"]] == [6]
+    assert "focus: further pairs for touch toward a resolution of 1%, within 120 s of measuring" in out.stdout
+    assert len([ln for ln in git(clone, "worktree", "list", "--porcelain").splitlines()
+                if ln.startswith("worktree ")]) == 1

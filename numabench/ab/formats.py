@@ -152,7 +152,9 @@ def rule_line(res: ABResult) -> str:
                f"{' of ' + ', '.join(res.focus) + ' (their own code changed)' if res.focus else ''} to a resolution "
                f"of {res.target_pct:g}% per second, within a time budget of {res.time_budget_s:.0f} s"
                f"{f' and up to {res.max_pairs} pairs' if res.max_pairs else ''} (Stein's two-stage rule: an "
-               f"interval's width from the first {res.pairs})" if res.time_budget_s is not None else "")
+               f"interval's width from the first {res.pairs}"
+               f"{f', theirs from a first stage of up to {2 * res.pairs}' if res.focus else ''})"
+               if res.time_budget_s is not None else "")
             + (f"; each pair took rounds beyond its family's until every entry's pair ratio was known to "
                f"{res.round_target_pct:g}% (the standard error of its median quad ratio), up to {res.round_cap}x "
                "them" if res.round_target_pct else "")
