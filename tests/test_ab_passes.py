@@ -471,3 +471,16 @@ def test_run_ab_focuses_the_budget_on_the_families_whose_own_code_changed(tmp_pa
         assert res.focus == [] and res.time_budget_s is None and len(fake.asked) == 3
     finally:
         ab_run.scope_of = orig
+
+
+@pytest.mark.parametrize("text, seconds", [("0", 0.0), ("0.0", 0.0), ("0m", 0.0), ("9m", 540.0), ("600", 600.0)])
+def test_focus_budgets_are_a_duration_or_0_for_off(text, seconds):
+    from numabench.ab.settings import SETTINGS
+    assert SETTINGS["focus_budget"].parse(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["-1", "0x", "9min", "inf"])
+def test_bad_focus_budgets_are_usage_errors(text):
+    from numabench.ab.settings import SETTINGS
+    with pytest.raises(UsageError, match=f"--focus-budget {text}: allowed 0 \\(off\\) or a time > 0"):
+        SETTINGS["focus_budget"].parse(text)

@@ -176,16 +176,16 @@ def step_requests_s(entries: Sequence[Mapping[str, Any]]) -> float:
     return float(extra.get("rounds") or 0) * 2 * len(variants) * rewarm * float(extra.get("run_step_wall_s") or 0.0)
 
 
-def session_run_costs(run: Mapping[str, Any], families: Sequence[str] | None = None) -> list[RunCost]:
-    """Each worker run of a kept session (of ``families`` where given) whose entries kept both
-    sides' rounds and whose pairs' walls were recorded, in the session's order."""
-    spreads = {s.name: s for s in session_spreads(run)}
+def session_run_costs(run: Mapping[str, Any], spreads: Iterable[Spread] | None = None) -> list[RunCost]:
+    """Each worker run of a kept session whose entries kept both sides' rounds and whose pairs'
+    walls were recorded, in the session's order (``spreads``: the session's, where already split)."""
+    spreads = {s.name: s for s in (session_spreads(run) if spreads is None else spreads)}
     by_run: dict[str, list[Mapping[str, Any]]] = {}
     for bench in run.get("benchmarks") or []:
         extra = bench.get("extra_info") or {}
         key = (extra.get("ab_base") or {}).get("run")
         name = str(bench.get("fullname") or bench.get("name"))
-        if key and name in spreads and (families is None or str(key).split("[")[0] in families):
+        if key and name in spreads:
             by_run.setdefault(str(key), []).append(bench)
     out = []
     for key, entries in by_run.items():

@@ -8,6 +8,7 @@ spelling, default or help anywhere else.
 from __future__ import annotations
 
 import argparse
+import re
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,7 +99,7 @@ def _duration(option: str) -> Callable[[str], float]:
 def _duration_or_off(option: str) -> Callable[[str], float]:
     """A duration as parse_duration_s reads it, or 0 (off)."""
     def parse(text: str) -> float:
-        if str(text).strip() in ("0", "0s", "0m", "0h"):
+        if re.fullmatch(r"0+(\.0*)?[smh]?", str(text).strip().lower()):
             return 0.0
         try:
             return parse_duration_s(text, option)

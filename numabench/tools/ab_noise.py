@@ -21,13 +21,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in paths:
         try:
-            spreads = session_spreads(storage.load_run(path))
+            run = storage.load_run(path)
+            spreads = session_spreads(run)
         except (UsageError, ValueError) as e:
             print(f"ab_noise: {path}: {e}", file=sys.stderr)
             return 2
         print(f"{path}: {len(spreads)} entries with both sides' rounds")
         print("\n".join(table(spreads)))
-        costs = session_run_costs(storage.load_run(path))
+        costs = session_run_costs(run, spreads)
         if costs:
             print(f"\nwhat a resolution of {DEFAULTS.threshold:g}% would cost each worker run (an estimate: a pair's "
                   "stepping from its head's wall per step request, the rest of its median pair wall fixed per pair, "
