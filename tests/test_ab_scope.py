@@ -15,29 +15,36 @@ from numabench.ab.formats import from_json, render_text, to_json
 from numabench.ab.run import run_ab
 from numabench.ab.scope import Scope, changed_paths, family_kernels, given_tier, scope_of
 from numabench.ab.session import interleaved_medians
+from numabench.machine.gpus import visible_gpus
 from test_ab import _session_run, git, repo  # noqa: F401  (the scratch repository fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = family_kernels()
 
 
-@pytest.mark.parametrize("paths, families, whole", [
-    (["numabench/families/cpu_adam/worker.py"], {"cpu_adam"}, False),
-    (["benchmarks/test_touch.py", "docs/GATE.md"], {"touch"}, False),
-    (["csrc/cpu_adam.cpp"], {"cpu_adam"}, False),
-    (["csrc/fused_adam.cu"], {"adam_offload", "train_step"}, False),
-    (["csrc/stream.cpp", "numabench/families/pinned_alloc/__init__.py"], {"host_membw", "pinned_alloc"}, False),
-    (["csrc/common.h"], {"adam_offload", "cpu_adam", "host_membw", "train_step"}, False),
-    (["numabench/workers/run.py", "numabench/families/touch/worker.py"], {"touch"}, True),
-    (["fixtures/running.py"], set(), True),
-    (["numabench/families/base.py"], set(), True),
+@pytest.mark.parametrize("paths, families, whole, kernels", [
+    (["numabench/families/cpu_adam/worker.py"], {"cpu_adam"}, False, {}),
+    (["benchmarks/test_touch.py", "docs/GATE.md"], {"touch"}, False, {}),
+    (["csrc/cpu_adam.cpp"], {"cpu_adam"}, False, {"cpu_adam": ("cpu_adam",)}),
+    (["csrc/fused_adam.cu"], {"adam_offload", "train_step"}, False,
+     {"adam_offload": ("cuda_adam",), "train_step": ("cuda_adam",)}),
+    (["csrc/stream.cpp", "numabench/families/pinned_alloc/__init__.py"], {"host_membw", "pinned_alloc"}, False,
+     {"host_membw": ("stream",)}),
+    (["csrc/cpu_adam.cpp", "numabench/families/cpu_adam/worker.py"], {"cpu_adam"}, False, {}),
+    (["csrc/common.h"], {"adam_offload", "cpu_adam", "host_membw", "train_step"}, False,
+     {key: KERNELS[key] for key in ("adam_offload", "cpu_adam", "host_membw", "train_step")}),
+    (["numabench/workers/run.py", "numabench/families/touch/worker.py"], {"touch"}, True, {}),
+    (["fixtures/running.py"], set(), True, {}),
+    (["numabench/families/base.py"], set(), True, {}),
     (["numabench/ab/run.py", "numabench/gate/pairs.py", "docs/GATE.md", "tests/test_ab.py", ".ci/gate-job"], set(),
-     False),
-], ids=["family-folder", "benchmark-module", "csrc-cpu", "csrc-cuda", "csrc-stream", "csrc-header", "shared-workers",
-        "shared-fixtures", "shared-family-base", "nothing-measured"])
-def test_which_families_a_change_touches(paths, families, whole):
+     False, {}),
+], ids=["family-folder", "benchmark-module", "csrc-cpu", "csrc-cuda", "csrc-stream", "csrc-and-its-worker",
+        "csrc-header", "shared-workers", "shared-fixtures", "shared-family-base", "nothing-measured"])
+def test_which_families_a_change_touches(paths, families, whole, kernels):
     scope = scope_of(paths, KERNELS)
     assert set(scope.families) == families and scope.whole == whole, scope
+    # where a family's changed code is kernel sources alone, only its variants that load them run
+    assert dict(scope.kernels) == kernels, scope
 
 
 def test_the_selection_it_makes_of_the_smoke_tier_and_says_why():
@@ -52,6 +59,11 @@ def test_the_selection_it_makes_of_the_smoke_tier_and_says_why():
     none = scope_of(["docs/GATE.md"], KERNELS)
     assert none.pytest_args("smoke") == [] and "no family's own code changed (1 changed paths" in none.lines("smoke")[0]
     assert family.pytest_args("ci") == shared.pytest_args("full") == []  # a larger tier already takes them
+    kernel = scope_of(["csrc/cpu_adam.cpp"], KERNELS)
+    assert kernel.pytest_args("smoke") == ["--numa-family-tier=cpu_adam=ci", "--numa-family-kernels=cpu_adam=cpu_adam"]
+    assert kernel.lines("smoke")[1] == ("scope: cpu_adam: csrc/cpu_adam.cpp (kernel sources alone: only its variants "
+                                        "that load cpu_adam)")
+    assert kernel.to_json()["kernels"] == {"cpu_adam": ["cpu_adam"]}
     assert given_tier(["benchmarks", "--numa-tier=smoke", "-k", "x"], "ci") == "smoke"
     assert given_tier(["benchmarks", "--numa-tier", "full"], "ci") == "full" and given_tier([], "ci") == "ci"
 
@@ -67,7 +79,7 @@ def _commit(repo: Path, files: dict[str, str], message: str) -> None:
 
 @pytest.mark.parametrize("files, expected", [
     ({"numabench/families/touch/worker.py": "# changed\n"}, ["--numa-family-tier=touch=ci"]),
-    ({"csrc/cpu_adam.cpp": "// changed\n"}, ["--numa-family-tier=cpu_adam=ci"]),
+    ({"csrc/cpu_adam.cpp": "// changed\n"}, ["--numa-family-tier=cpu_adam=ci", "--numa-family-kernels=cpu_adam=cpu_adam"]),
     ({"numabench/toolkit/hostmem.py": "# changed\n", "csrc/cpu_adam.cpp": "// x\n"}, ["--numa-tier=ci"]),
 ], ids=["family-only", "csrc-only", "shared-code"])
 def test_a_scratch_repository_s_diff_decides_what_the_sessions_select(repo, files, expected):  # noqa: F811
@@ -118,6 +130,30 @@ def test_a_family_at_another_tier_is_collected_at_it_and_the_others_are_not():
     assert ids(smoke.stdout, "host_membw") == ids(mixed.stdout, "host_membw")
     bad = _collected("--numa-family-tier=nosuch=ci")
     assert bad.returncode == 4 and "--numa-family-tier=nosuch=ci: allowed FAMILY=TIER" in bad.stderr, bad.stderr
+
+
+def test_a_kernel_only_change_collects_the_variants_that_load_the_kernel():
+    smoke = _collected("--numa-tier=smoke")
+    ci = _collected("--numa-tier=smoke", "--numa-family-tier=cpu_adam=ci")
+    ours = _collected("--numa-tier=smoke", "--numa-family-tier=cpu_adam=ci", "--numa-family-kernels=cpu_adam=cpu_adam")
+    assert smoke.returncode == ci.returncode == ours.returncode == 0, ours.stdout[-2000:] + ours.stderr[-2000:]
+
+    def ids(out: str, family: str) -> set[str]:
+        return {ln for ln in out.splitlines() if ln.startswith(f"benchmarks/test_{family}.py::")}
+    loading = {i for i in ids(ci.stdout, "cpu_adam") if i.endswith(("-ours]", "-ours+copy]"))}
+    assert loading and ids(ours.stdout, "cpu_adam") == loading < ids(ci.stdout, "cpu_adam")  # no torch, no DeepSpeed
+    assert ids(ours.stdout, "touch") == ids(smoke.stdout, "touch")
+    # a family none of whose variants loads the kernel here (train_step's CUDA Adam on a CPU machine) runs its smoke
+    # slice, as one the change does not touch
+    if visible_gpus():
+        return
+    gpu_only = _collected("--numa-tier=smoke", "--numa-family-tier=train_step=ci",
+                          "--numa-family-kernels=train_step=cuda_adam")
+    assert gpu_only.returncode == 0 and ids(gpu_only.stdout, "train_step") == ids(smoke.stdout, "train_step")
+    assert ids(smoke.stdout, "train_step")
+    bad = _collected("--numa-family-kernels=touch=cpu_adam")
+    assert bad.returncode == 4 and ("--numa-family-kernels=touch=cpu_adam: allowed FAMILY=KERNEL[,KERNEL]" in bad.stderr
+                                    and "(touch loads none)" in bad.stderr), bad.stderr
 
 
 def test_no_change_at_all_says_so():

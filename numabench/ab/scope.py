@@ -4,7 +4,9 @@ diff``, the default).
 
 A family's own code is its folder (numabench/families/KEY/), its benchmark module
 (benchmarks/test_KEY.py) and the sources in csrc/ of the kernels its workers load (a header there
-is every kernel's). Code every family runs (numabench/numa/, workers/, toolkit/, kernels/,
+is every kernel's). Where a family's changed paths are all kernel sources, only its variants that
+load one of the changed kernels run (a torch or DeepSpeed reference beside them runs none of the
+changed code). Code every family runs (numabench/numa/, workers/, toolkit/, kernels/,
 machine/, the families' shared modules, the case, reply and tier modules, fixtures/, conftest.py,
 pytest.ini, pyproject.toml) touches them all: the whole ``ci`` tier runs. What no worker run
 executes (the A/B and the gate, reports, the site, tools, the CLI, docs/, tests/, .ci/, baselines)
@@ -37,6 +39,9 @@ class Scope:
     families: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     shared: tuple[str, ...] = ()
     others: int = 0  # changed paths that touch no family
+    # a family whose changed paths are all csrc/ sources -> the kernels compiled from them it loads:
+    # only its variants that load one of these run (--numa-family-kernels)
+    kernels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def pytest_args(self, tier: str) -> list[str]:
         """What the selection's ``--numa-tier=TIER`` becomes: the whole ci tier, or TIER with the
@@ -45,7 +50,8 @@ class Scope:
             return []
         if self.whole:
             return ["--numa-tier=ci"]
-        return [f"--numa-family-tier={key}=ci" for key in sorted(self.families)]
+        return [f"--numa-family-tier={key}=ci" for key in sorted(self.families)] + [
+            f"--numa-family-kernels={key}={','.join(kernels)}" for key, kernels in sorted(self.kernels.items())]
 
     def lines(self, tier: str) -> list[str]:
         """The selection and why, for the progress and the summary."""
@@ -61,12 +67,15 @@ class Scope:
         out = [f"scope: the ci tier of {', '.join(sorted(self.families))}, whose own code changed; the smoke tier "
                "of the others"]
         out += [f"scope: {key}: {', '.join(paths[:5])}{', ...' if len(paths) > 5 else ''}"
+                + (f" (kernel sources alone: only its variants that load {', '.join(self.kernels[key])})"
+                   if key in self.kernels else "")
                 for key, paths in sorted(self.families.items())]
         return out
 
     def to_json(self) -> dict:
         return {"whole": self.whole, "families": {k: list(v) for k, v in sorted(self.families.items())},
-                "shared": list(self.shared), "others": self.others}
+                "shared": list(self.shared), "others": self.others,
+                "kernels": {k: list(v) for k, v in sorted(self.kernels.items())}}
 
 
 def kernel_sources(kernels: Iterable[str]) -> dict[str, set[str]]:
@@ -95,7 +104,25 @@ def scope_of(paths: Iterable[str], family_kernels: Mapping[str, Sequence[str]]) 
                 families.setdefault(key, []).append(path)
         else:
             others += 1
-    return Scope(bool(shared), {k: tuple(v) for k, v in families.items()}, tuple(shared), others)
+    kernels = {}
+    for key, changed in families.items():
+        loaded = _kernels_changed(changed, family_kernels[key], sources)
+        if loaded is not None:
+            kernels[key] = loaded
+    return Scope(bool(shared), {k: tuple(v) for k, v in families.items()}, tuple(shared), others, kernels)
+
+
+def _kernels_changed(paths: Sequence[str], kernels: Sequence[str],
+                     sources: Mapping[str, set[str]]) -> tuple[str, ...] | None:
+    """Which of a family's ``kernels`` its changed ``paths`` change, where those are all csrc/
+    files (a header: every one of them); None where any is other code of the family's."""
+    changed: set[str] = set()
+    for path in paths:
+        parts = PurePosixPath(path).parts
+        if not parts or parts[0] != "csrc":
+            return None
+        changed |= set(kernels) if path.endswith(HEADERS) else sources.get(PurePosixPath(*parts[1:]).as_posix(), set())
+    return tuple(k for k in kernels if k in changed)
 
 
 def _families_of(path: str, family_kernels: Mapping[str, Sequence[str]],
