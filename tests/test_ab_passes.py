@@ -19,7 +19,7 @@ from numabench.errors import UsageError
 from numabench.gate.rule import FASTER, SAME, SLOWER
 from numabench.ab.run import StoppedWithMeasurements, run_ab
 from numabench.ab.formats import RUN_KEY, add_run_record, from_json, render_text, to_json
-from numabench.ab.budget import RunNeeds, allocate, run_needs
+from numabench.ab.budget import RunNeeds, allocate, fill, run_needs
 from numabench.ab.passes import invoke_in_passes, merge_session, empty_measured, merge_session_jsons
 from numabench.ab.rejudge import rejudge
 from numabench.ab.session import session_measured
@@ -425,6 +425,34 @@ def test_a_focus_gives_the_budget_s_further_pairs_to_its_families_runs_only(tmp_
         A: None, A2: None, B: 6}
 
 
+def test_the_rest_of_a_focus_budget_buys_pairs_for_the_runs_still_short_of_their_need():
+    """R1 (10 s a pair) needs 40 pairs, beyond any budget here; R2 (5 s) needs nothing more: the
+    rest goes to R1, a pair at a time while it fits (a further pass's start counted), and stops
+    where every need is met."""
+    runs = {"R1": RunNeeds(10.0, (40,)), "R2": RunNeeds(5.0, ())}
+    assert allocate(runs, 3, 35.0) == {"R1": 3, "R2": 3}  # the need itself never fits
+    assert fill({"R1": 3, "R2": 3}, runs, 3, 35.0) == {"R1": 6, "R2": 3}
+    assert fill({"R1": 3, "R2": 3}, runs, 3, 35.0, pass_overhead_s=2.0) == {"R1": 5, "R2": 3}  # 3 more: 36 s
+    assert fill({"R1": 3}, {"R1": RunNeeds(10.0, (5,))}, 3, 1e6) == {"R1": 5}
+    assert fill({"R1": 3, "R2": 3}, runs, 3, 5.0) == {"R1": 3, "R2": 3}
+
+
+def test_a_focus_whose_threshold_is_beyond_its_budget_still_spends_it_on_the_focused_run(tmp_path):
+    """The focused run's entry spreads +-5%: 1% would take hundreds of pairs, far beyond a 60 s
+    budget at 2 s a pair. Its first stage of 6, then further pairs of it while the budget holds;
+    the unfocused run none."""
+    fake = FakeSessions(noisy(spread={A: 0.05, A2: 0.05, B: 0.05}), walls={"R1": 2.0, "R2": 2.0})
+    lines: list[str] = []
+    measured = invoke_in_passes(fake, None, None, ["benchmarks"], 3, tmp_path, target_pct=1.0,
+                                time_budget_s=60.0, focus=("R2",), clock=lambda: fake.now, progress=lines.append)
+    further = fake.asked[3:]
+    assert all(listed == [B] for _, listed in further), further
+    # 12 s for the first 3 passes, 6 s for the first stage's 3, then a pair of 2 s each while it fits
+    assert len(further) == 3 + 21 and measured["first_stage"] == {B: 6}
+    assert fake.now <= 60.0
+    assert [sum(n in m for m in measured["base"]) for n in (A, A2, B)] == [3, 3, 27]
+
+
 def test_run_ab_focuses_the_budget_on_the_families_whose_own_code_changed(tmp_path, repo):  # noqa: F811
     """A diff that touches one family's own code (its benchmark module): in passes, with the smoke
     tier and no --time-budget, that family's runs take further pairs toward the threshold within
@@ -462,6 +490,7 @@ def test_run_ab_focuses_the_budget_on_the_families_whose_own_code_changed(tmp_pa
         assert "focus: further pairs for R2 toward a resolution of 1%, within 120 s of measuring" in res.scope
         text = render_text(res)
         assert "entries of R2 (their own code changed) to a resolution of 1% per second" in text
+        assert "within a time budget of 120 s, the rest of it a pair at a time for their runs still short of that" in text
         assert from_json(json.loads(json.dumps(to_json(res)))).focus == ["R2"]
         for kw in ({"focus_budget_s": 0.0}, {"focus_budget_s": 120.0, "time_budget_s": 600.0}):
             _, res = run(**kw)

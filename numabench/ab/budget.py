@@ -64,6 +64,30 @@ def allocate(runs: Mapping[str, RunNeeds], first: int, budget_s: float, pass_ove
         level[best[1]] = best[2]
 
 
+def fill(levels: Mapping[str, int], runs: Mapping[str, RunNeeds], first: int, budget_s: float,
+         pass_overhead_s: float = 0.0) -> dict[str, int]:
+    """``levels`` (allocate's) with what ``budget_s`` has left spent on the runs an entry of which
+    is still short of its need: a pair more for each of them at a time, while the cost stays within
+    the budget. For the focus budget (numabench ab --focus-budget): where the threshold is beyond
+    what the budget buys, its further pairs still narrow the touched family's intervals, which a
+    change larger than the threshold needs to be judged; how many depends on time alone, never
+    on where the ratios lie, so Stein's interval stays valid."""
+    level = dict(levels)
+    short = sorted(r for r in level if any(n > level[r] for n in runs[r].entry_pairs))
+
+    def cost(trial: Mapping[str, int]) -> float:
+        passes = max(trial.values(), default=first) - first
+        return sum((n - first) * runs[r].cost_s for r, n in trial.items()) + passes * pass_overhead_s
+
+    while short:
+        trial = {**level, **{r: level[r] + 1 for r in short}}
+        if cost(trial) > budget_s:
+            return level
+        level = trial
+        short = [r for r in short if any(n > level[r] for n in runs[r].entry_pairs)]
+    return level
+
+
 def run_needs(measured: Mapping[str, Any], names: Sequence[str], resolutions_pct: Sequence[float],
               confidence: float, most: int | None, ratios_of: Any, errors_of: Any = None) -> dict[str, RunNeeds]:
     """The worker runs of ``names`` with what a pair of each cost (``measured["walls"]``) and each

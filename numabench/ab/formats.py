@@ -151,7 +151,9 @@ def rule_line(res: ABResult) -> str:
             + (f"; further pairs where they brought the most entries"
                f"{' of ' + ', '.join(res.focus) + ' (their own code changed)' if res.focus else ''} to a resolution "
                f"of {res.target_pct:g}% per second, within a time budget of {res.time_budget_s:.0f} s"
-               f"{f' and up to {res.max_pairs} pairs' if res.max_pairs else ''} (Stein's two-stage rule: an "
+               f"{f' and up to {res.max_pairs} pairs' if res.max_pairs else ''}"
+               f"{', the rest of it a pair at a time for their runs still short of that' if res.focus else ''} "
+               f"(Stein's two-stage rule: an "
                f"interval's width from the first {res.pairs}"
                f"{f', theirs from a first stage of up to {2 * res.pairs}' if res.focus else ''})"
                if res.time_budget_s is not None else "")

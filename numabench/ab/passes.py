@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from numabench.ab.budget import allocate, pass_cost_s, run_needs
+from numabench.ab.budget import allocate, fill, pass_cost_s, run_needs
 from numabench.ab.session import AB_BASE_KEY, StoppedWithMeasurements
 from numabench.ab.extend import changed_names, entry_pair_errors, entry_pair_ratios, further_wanted
 from numabench.ab.settings import DEFAULTS, session_items
@@ -163,6 +163,8 @@ def _passes(invoke_session: InvokeSession, base: Any, head: Any, pytest_args: Se
             runs = needs(names)  # Stein's first stage on all of those pairs
             elapsed = clock() - started
         levels = allocate(runs, first, time_budget_s - elapsed, overhead)
+        if focus:  # the rest of the budget still narrows the touched family's intervals
+            levels = fill(levels, runs, first, time_budget_s - elapsed, overhead)
         wanted = {n: levels[runs_of[n]] for n in names if levels.get(runs_of.get(n, ""), first) > first}
         of_focus = f" of {', '.join(focus)}" if focus else ""
         progress(f"time budget {time_budget_s:.0f} s, {elapsed:.0f} s taken: further pairs for "
