@@ -199,3 +199,27 @@ def test_topo_says_when_auto_mode_makes_weighted_cases_skip(tmp_path):
     (auto / "auto").write_text("false\n")
     assert auto_mode_reason(auto) is None
     assert "auto mode" not in render_topology(discover("/"), fake_caps(weights_auto_on=None))
+
+
+def test_the_transparent_huge_page_setting_is_read_and_shown(tmp_path):
+    """What a host buffer's pages may come in, recorded with the machine (numabench topo): the
+    bracketed modes of enabled and defrag, or none where the kernel has no such directory."""
+    from helpers import fake_caps
+
+    from numabench.machine.describe import render_topology
+    from numabench.machine.hugepages import selected, thp_setting
+    from numabench.machine.topology import discover
+
+    thp = tmp_path / "transparent_hugepage"
+    thp.mkdir()
+    (thp / "enabled").write_text("always [madvise] never\n")
+    assert thp_setting(thp) == "enabled madvise"  # no defrag file
+    (thp / "defrag").write_text("always defer defer+madvise madvise [never]\n")
+    assert thp_setting(thp) == "enabled madvise, defrag never"
+    (thp / "enabled").write_text("always madvise never\n")  # nothing chosen: not a setting
+    assert thp_setting(thp) is None and selected("[always] madvise") == "always"
+    assert thp_setting(tmp_path / "none") is None
+    shown = render_topology(discover("/"), fake_caps(transparent_hugepages="enabled always, defrag madvise"))
+    assert "transparent huge pages: enabled always, defrag madvise" in shown
+    assert "transparent huge pages: none (no /sys/kernel/mm/transparent_hugepage)" in render_topology(
+        discover("/"), fake_caps(transparent_hugepages=None))

@@ -15,6 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from numabench.machine.hugepages import thp_setting
 from numabench.machine.weights_sysfs import (
     WEIGHTS_DIR,
     auto_mode_file,
@@ -39,6 +40,8 @@ class Capabilities:
     numactl_preferred_many: bool
     # auto mode is on: why writing a weight would change the machine for good (None: it would not)
     weights_auto_on: str | None = None
+    # transparent huge pages: "enabled MODE, defrag MODE" (None: the kernel has none)
+    transparent_hugepages: str | None = None
 
     @property
     def weighted_launcher(self) -> str | None:
@@ -124,4 +127,5 @@ def probe(weights_dir: Path = WEIGHTS_DIR, numactl: str | None = None, kernel_re
         numactl_version=version,
         numactl_weighted=bool(weighted),
         numactl_preferred_many=bool(pmany),
+        transparent_hugepages=thp_setting(),
     )

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from numabench.machine.capabilities import Capabilities
+from numabench.machine.hugepages import THP_DIR
 from numabench.machine.nodelist import format_list
 from numabench.machine.topology import Topology
 
@@ -36,6 +37,7 @@ def render_topology(topo: Topology, caps: Capabilities) -> str:
     lines += _table(header, rows)
     lines.append("")
     lines.append(f"kernel: {topo.kernel_release}")
+    lines.append(f"transparent huge pages: {caps.transparent_hugepages or 'none (no ' + str(THP_DIR) + ')'}")
     if caps.numactl_path:
         ver = caps.numactl_version or "older than 2.0.17 (no --version)"
         lines.append(f"numactl: {ver} at {caps.numactl_path}; --weighted-interleave: "
