@@ -311,6 +311,9 @@ class CaseResult:
     # per invocation, the CPU each rank ran most of its timed steps on (None: its worker did not
     # say): fresh workers that differ by where the OS put them show it here
     invocation_cpus: list[list[int | None]] = field(default_factory=list)
+    # per invocation, the share of its ranks' host buffers in transparent huge pages (None: not
+    # known): fresh workers' buffers that differ by their pages show it here
+    invocation_huge_shares: list[float | None] = field(default_factory=list)
     # per invocation of a rewarmed A/B session (numabench.workers.run.run_sides): whether the timed
     # rounds after the first still came after an untimed step (empty: not such a session)
     rewarmed: list[bool] = field(default_factory=list)

@@ -153,3 +153,33 @@ def test_the_tool_prints_what_the_threshold_would_cost_each_worker_run():
     assert out.returncode == 0, out.stderr
     assert "what a resolution of 1% would cost each worker run (an estimate" in out.stdout
     assert "cpu_adam[np1-134M-default-fp32]" in out.stdout and "all <= 1% at" in out.stdout
+
+
+def _pairs_with_shares(ratios, head_shares, base_shares, rounds=8):
+    """A kept session's entry whose pairs read ``ratios``, with each side's huge-page shares."""
+    base = [[1e-3] * rounds for _ in ratios]
+    head = [[1e-3 * r] * rounds for r in ratios]
+    return {"benchmarks": [{"fullname": "x.py::t[a]", "extra_info": {
+        "invocation_huge_shares": list(head_shares),
+        "ab_base": {"invocation_rounds_s": base, "head_invocation_rounds_s": head,
+                    "invocation_huge_shares": list(base_shares)}}}]}
+
+
+def test_a_pair_s_huge_page_shares_are_set_beside_its_ratio():
+    """Where the head's share minus the base's moves with the pair's ratio, r says so; where the
+    shares never differ they explain nothing (r not given); sessions without shares give no rows."""
+    from numabench.ab.suspects import huge_page_links, link_table
+
+    moving = huge_page_links(_pairs_with_shares([1.00, 1.04, 0.98, 1.06], [0.5, 0.9, 0.3, 1.0], [0.5, 0.5, 0.5, 0.5]))
+    assert len(moving) == 1 and moving[0].correlation > 0.95
+    assert moving[0].ratios == pytest.approx((1.00, 1.04, 0.98, 1.06))
+    flat = huge_page_links(_pairs_with_shares([1.00, 1.04, 0.98, 1.06], [0.0] * 4, [0.0] * 4))
+    assert flat[0].correlation is None
+    lines = link_table(moving + flat)
+    assert lines[2].split()[-1] == f"{moving[0].correlation:+.2f}" and "-20.0-50.0" in lines[2]
+    assert lines[3].split()[-1] == "-" and "0.0-0.0" in lines[3]
+    none = _pairs_with_shares([1.0, 1.0, 1.0], [0.1] * 3, [0.1] * 3)
+    del none["benchmarks"][0]["extra_info"]["invocation_huge_shares"]
+    assert huge_page_links(none) == []
+    unknown = _pairs_with_shares([1.0, 1.0, 1.0], [0.1, None, 0.1], [0.1] * 3)
+    assert huge_page_links(unknown) == []

@@ -203,7 +203,8 @@ def test_topo_says_when_auto_mode_makes_weighted_cases_skip(tmp_path):
 
 def test_the_transparent_huge_page_setting_is_read_and_shown(tmp_path):
     """What a host buffer's pages may come in, recorded with the machine (numabench topo): the
-    bracketed modes of enabled and defrag, or none where the kernel has no such directory."""
+    bracketed modes of enabled, defrag and shmem_enabled, or none where the kernel has no such
+    directory."""
     from helpers import fake_caps
 
     from numabench.machine.describe import render_topology
@@ -216,6 +217,8 @@ def test_the_transparent_huge_page_setting_is_read_and_shown(tmp_path):
     assert thp_setting(thp) == "enabled madvise"  # no defrag file
     (thp / "defrag").write_text("always defer defer+madvise madvise [never]\n")
     assert thp_setting(thp) == "enabled madvise, defrag never"
+    (thp / "shmem_enabled").write_text("always within_size advise [never] deny force\n")
+    assert thp_setting(thp) == "enabled madvise, defrag never, shmem never"  # what numabench's own buffers follow
     (thp / "enabled").write_text("always madvise never\n")  # nothing chosen: not a setting
     assert thp_setting(thp) is None and selected("[always] madvise") == "always"
     assert thp_setting(tmp_path / "none") is None
@@ -223,3 +226,42 @@ def test_the_transparent_huge_page_setting_is_read_and_shown(tmp_path):
     assert "transparent huge pages: enabled always, defrag madvise" in shown
     assert "transparent huge pages: none (no /sys/kernel/mm/transparent_hugepage)" in render_topology(
         discover("/"), fake_caps(transparent_hugepages=None))
+
+
+SMAPS = """\
+7f0000000000-7f0000400000 rw-p 00000000 00:00 0
+Size:               4096 kB
+AnonHugePages:      2048 kB
+ShmemPmdMapped:        0 kB
+VmFlags: rd wr mr mw me ac sd hg
+7f0000400000-7f0000800000 rw-s 00000000 00:01 23419                      /dev/zero (deleted)
+Size:               4096 kB
+AnonHugePages:         0 kB
+ShmemPmdMapped:     4096 kB
+7f0000800000-7f0000c00000 rw-p 00000000 00:00 0
+AnonHugePages:         0 kB
+"""
+
+
+def test_a_buffer_s_huge_pages_are_read_from_smaps_mapping_by_mapping():
+    """Private anonymous (AnonHugePages) and shared anonymous, shmem (ShmemPmdMapped) mappings
+    count; a range takes its share of each mapping it overlaps, evenly."""
+    from numabench.machine.hugepages import huge_page_bytes, smaps_huge_bytes
+
+    base, mib = 0x7f0000000000, 1 << 20
+    assert smaps_huge_bytes([(base, 4 * mib)], SMAPS) == 2 * mib  # half the private mapping's pages
+    assert smaps_huge_bytes([(base + 4 * mib, 4 * mib)], SMAPS) == 4 * mib  # the shmem one, all huge
+    assert smaps_huge_bytes([(base + 2 * mib, 4 * mib)], SMAPS) == 1 * mib + 2 * mib  # half of each
+    assert smaps_huge_bytes([(base + 8 * mib, 4 * mib), (0x1000, 4096)], SMAPS) == 0
+    assert huge_page_bytes([(base, mib)], smaps=__import__("pathlib").Path("/nonexistent/smaps")) is None
+
+
+def test_the_placement_report_keeps_the_huge_page_bytes_through_merge_and_json():
+    from numabench.numa.placement import PlacementReport
+
+    a = PlacementReport({0: 6 << 20}, 0, "move_pages", huge_bytes=2 << 20)
+    b = PlacementReport({1: 2 << 20}, 0, "move_pages", huge_bytes=0)
+    both = a.merge(b)
+    assert both.huge_bytes == 2 << 20 and both.huge_share() == 0.25
+    assert a.merge(PlacementReport({0: 1})).huge_bytes is None  # one side not known: not known
+    assert PlacementReport.from_dict(a.to_dict()) == a and "huge_bytes" not in PlacementReport({0: 1}).to_dict()

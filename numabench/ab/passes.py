@@ -33,9 +33,10 @@ from numabench.ab.settings import DEFAULTS, session_items
 InvokeSession = Callable[[Any, Any, Sequence[str], int, Path], dict[str, Any]]
 
 # an entry's per-pair lists in a session's JSON, extended pass by pass in the kept session
-HEAD_PER_PAIR = ("invocation_medians_s", "invocation_machines", "invocation_cpus", "invocation_walls_s")
+HEAD_PER_PAIR = ("invocation_medians_s", "invocation_machines", "invocation_cpus", "invocation_walls_s",
+                 "invocation_huge_shares")
 BASE_PER_PAIR = ("invocation_medians_s", "invocation_cpus", "invocation_rounds_s", "head_invocation_rounds_s",
-                 "rewarmed_pairs", "pair_walls_s")
+                 "rewarmed_pairs", "pair_walls_s", "invocation_huge_shares")
 
 
 def empty_measured() -> dict[str, Any]:

@@ -24,6 +24,7 @@ def pool_invocations(runs: list[CaseResult]) -> CaseResult:
     cpus = [c for r in runs for c in r.invocation_cpus]
     return dataclasses.replace(first, phases=phases, per_rank=per_rank, invocations=invocations,
                                invocation_cpus=cpus, rewarmed=[w for r in runs for w in r.rewarmed],
+                               invocation_huge_shares=[h for r in runs for h in r.invocation_huge_shares],
                                invocation_walls_s=[w for r in runs for w in r.invocation_walls_s])
 
 

@@ -2,7 +2,9 @@
 with the machine because a buffer's share in 2 MiB pages moves its copy and step times."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Sequence
 
 THP_DIR = Path("/sys/kernel/mm/transparent_hugepage")
 
@@ -17,15 +19,55 @@ def selected(text: str) -> str | None:
 
 
 def thp_setting(root: Path = THP_DIR) -> str | None:
-    """"enabled MODE, defrag MODE" as this kernel has them (None: no transparent huge pages here)."""
-    try:
-        enabled = selected((root / "enabled").read_text())
-    except OSError:
-        return None
-    try:
-        defrag = selected((root / "defrag").read_text())
-    except OSError:
-        defrag = None
+    """"enabled MODE, defrag MODE, shmem MODE" as this kernel has them (None: no transparent huge
+    pages here). The shmem mode is the one numabench's own host buffers follow: they are shared
+    anonymous mappings (numabench.toolkit.hostmem), which the kernel backs with shmem."""
+    def mode(name: str) -> str | None:
+        try:
+            return selected((root / name).read_text())
+        except OSError:
+            return None
+
+    enabled = mode("enabled")
     if enabled is None:
         return None
-    return f"enabled {enabled}" + (f", defrag {defrag}" if defrag else "")
+    return ", ".join(f"{label} {value}" for label, value in (("enabled", enabled), ("defrag", mode("defrag")),
+                                                              ("shmem", mode("shmem_enabled"))) if value)
+
+
+SMAPS = Path("/proc/self/smaps")
+_VMA = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) ")
+HUGE_FIELDS = ("AnonHugePages:", "ShmemPmdMapped:")  # private and shared anonymous memory in huge pages
+
+
+def smaps_huge_bytes(ranges: Sequence[tuple[int, int]], smaps_text: str) -> int:
+    """The bytes of ``ranges`` (address, length) in transparent huge pages, from a smaps text:
+    each mapping's AnonHugePages and ShmemPmdMapped (a shared anonymous buffer is shmem) shared
+    over it evenly (adjacent buffers of one policy may be one mapping, whose share they then all
+    get)."""
+    total = 0.0
+    start = end = None
+    for line in smaps_text.splitlines():
+        vma = _VMA.match(line)
+        if vma:
+            start, end = int(vma.group(1), 16), int(vma.group(2), 16)
+            continue
+        if start is None or end is None or end <= start or not line.startswith(HUGE_FIELDS):
+            continue
+        huge = int(line.split()[1]) * 1024
+        if not huge:
+            continue
+        for address, length in ranges:
+            overlap = min(end, address + length) - max(start, address)
+            if overlap > 0:
+                total += huge * overlap / (end - start)
+    return int(round(total))
+
+
+def huge_page_bytes(ranges: Sequence[tuple[int, int]], smaps: Path = SMAPS) -> int | None:
+    """This process's bytes of ``ranges`` in transparent huge pages (None: no smaps to read)."""
+    try:
+        text = smaps.read_text()
+    except OSError:
+        return None
+    return smaps_huge_bytes(ranges, text)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from numabench.errors import PlacementError
+from numabench.machine.hugepages import huge_page_bytes
 from numabench.numa.mempolicy import page_nodes
 
 TOLERANCE_PP = 2.0
@@ -74,6 +75,9 @@ class PlacementReport:
     bytes_by_node: dict[int, int]
     untouched_bytes: int = 0
     source: str = ""
+    # of them in transparent huge pages (None: not known): a suspect of the spread between fresh
+    # workers' buffers (docs/GATE.md), recorded per pair by numabench ab
+    huge_bytes: int | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -87,7 +91,13 @@ class PlacementReport:
         out = dict(self.bytes_by_node)
         for n, b in other.bytes_by_node.items():
             out[n] = out.get(n, 0) + b
-        return PlacementReport(out, self.untouched_bytes + other.untouched_bytes, self.source or other.source)
+        huge = None if self.huge_bytes is None or other.huge_bytes is None else self.huge_bytes + other.huge_bytes
+        return PlacementReport(out, self.untouched_bytes + other.untouched_bytes, self.source or other.source, huge)
+
+    def huge_share(self) -> float | None:
+        """The share of its bytes in transparent huge pages (None: not known, or no bytes)."""
+        total = self.total_bytes + self.untouched_bytes
+        return None if self.huge_bytes is None or not total else self.huge_bytes / total
 
     def describe(self) -> str:
         fr = self.fractions()
@@ -101,12 +111,14 @@ class PlacementReport:
     def to_dict(self) -> dict:
         return {"bytes_by_node": {str(k): v for k, v in sorted(self.bytes_by_node.items())},
                 "untouched_bytes": self.untouched_bytes, "source": self.source,
-                "percent_by_node": {str(k): round(v * 100, 3) for k, v in self.fractions().items()}}
+                "percent_by_node": {str(k): round(v * 100, 3) for k, v in self.fractions().items()},
+                **({"huge_bytes": self.huge_bytes} if self.huge_bytes is not None else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "PlacementReport":
+        huge = d.get("huge_bytes")
         return cls({int(k): int(v) for k, v in d["bytes_by_node"].items()}, int(d.get("untouched_bytes", 0)),
-                   d.get("source", ""))
+                   d.get("source", ""), None if huge is None else int(huge))
 
 
 @dataclass(frozen=True)
@@ -196,4 +208,5 @@ def pages_report(ranges: Sequence[tuple[int, int]]) -> PlacementReport:
                 totals[status] = totals.get(status, 0) + pages * page
             else:
                 untouched += pages * page
-    return PlacementReport(dict(sorted(totals.items())), untouched, source="move_pages")
+    return PlacementReport(dict(sorted(totals.items())), untouched, source="move_pages",
+                           huge_bytes=huge_page_bytes(ranges))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from numabench.gate.invocations import INVOCATION_MACHINES, INVOCATION_MEDIANS
 
 INVOCATION_CPUS = "invocation_cpus"
+INVOCATION_HUGE_SHARES = "invocation_huge_shares"
 
 if TYPE_CHECKING:
     from numabench.cases import Case, CaseResult
@@ -88,6 +89,8 @@ def measured_extra_info(result: "CaseResult", phase: str, hardware_key: str, met
         extra["node_memory_per_rank"] = [m.to_dict() if m is not None else None for m in result.node_memory]
     if any(c is not None for inv in result.invocation_cpus for c in inv):
         extra[INVOCATION_CPUS] = result.invocation_cpus
+    if any(s is not None for s in result.invocation_huge_shares):
+        extra[INVOCATION_HUGE_SHARES] = result.invocation_huge_shares
     if result.slowdown != 1.0:
         extra["injected_slowdown"] = result.slowdown
     if len(result.invocation_walls_s) > 1:  # where several invocations' (an A/B's pairs') time went

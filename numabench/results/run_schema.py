@@ -87,6 +87,7 @@ class Placement(OpenObject):
 
 
 Cpu = Annotated[int, Field(ge=0, le=1 << 20)] | None  # a rank's CPU, or null where not recorded
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # a fraction of some bytes
 
 
 class ABBase(OpenObject):
@@ -96,6 +97,7 @@ class ABBase(OpenObject):
     invocation_rounds_s: list[list[Seconds]] = ABSENT
     head_invocation_rounds_s: list[list[Seconds]] = ABSENT
     invocation_cpus: list[list[Cpu]] = ABSENT
+    invocation_huge_shares: list[Share | None] = ABSENT
     confirmation_pairs: Annotated[int, Field(ge=0, le=MAX_COUNT)] = ABSENT
     pair_walls_s: list[Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]] = ABSENT
     run: Text = ABSENT
@@ -128,6 +130,7 @@ class ExtraInfo(OpenObject):
     placement: list[Placement] = ABSENT  # per rank: where its pages landed
     node_memory_per_rank: list[dict[str, Any] | None] = ABSENT  # per rank: numastat -p
     invocation_cpus: list[list[Cpu]] = ABSENT  # per invocation: each rank's CPU
+    invocation_huge_shares: list[Share | None] = ABSENT  # per invocation: its buffers' share in huge pages
     ab_base: ABBase = ABSENT
 
     @model_validator(mode="after")

@@ -239,6 +239,7 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
                     setup_info=[d.info for d in dones[s.label]], affinity=[d.affinity for d in dones[s.label]],
                     node_memory=[d.node_memory for d in dones[s.label]],
                     invocation_cpus=[[c.most_common(1)[0][0] if c else None for c in step_cpus[s.label]]],
+                    invocation_huge_shares=[huge_share(placements[s.label])],
                     placement=placements[s.label], launcher=how + (" (forked)" if s.fork_socket else ""),
                     commands=commands[s.label], slowdown=slowdowns[s.label],
                     rewarmed=[rewarmed[k] and n > 1] if rewarm else [],
@@ -254,6 +255,17 @@ def run_sides(case: Case, variants: list[tuple[tuple[str, str], ...]], family: F
             r.fixed_parts_s = parts
             r.invocation_walls_s = [(round(fixed_s, 3), round(steps_s, 3))]
     return results
+
+
+def huge_share(placements: Sequence[RankPlacement]) -> float | None:
+    """The share of all ranks' placed bytes in transparent huge pages (None: any rank's not known)."""
+    if not placements:
+        return None
+    merged = placements[0].report
+    for p in placements[1:]:
+        merged = merged.merge(p.report)
+    share = merged.huge_share()
+    return None if share is None else round(share, 4)
 
 
 def wants_round(taken: int, rounds: int, round_target: RoundTarget | None,
