@@ -16,7 +16,8 @@ from numabench.ab.scope import family_kernels, scope_of
 ROOT = Path(__file__).resolve().parents[1]
 CHANGES = sorted((ROOT / ".ci" / "changes").glob("*.patch"))
 # each change, the families whose ci slice the pull-request job runs for it
-FAMILIES = {"cpu-adam-one-thread-fewer": {"cpu_adam"}, "cuda-adam-half-grid": {"adam_offload", "train_step"}}
+FAMILIES = {"cpu-adam-one-thread-fewer": {"cpu_adam"}, "cpu-adam-two-threads-fewer": {"cpu_adam"},
+            "cuda-adam-half-grid": {"adam_offload", "train_step"}}
 
 
 def test_every_change_is_listed_here():
