@@ -253,7 +253,34 @@ def test_a_buffer_s_huge_pages_are_read_from_smaps_mapping_by_mapping():
     assert smaps_huge_bytes([(base + 4 * mib, 4 * mib)], SMAPS) == 4 * mib  # the shmem one, all huge
     assert smaps_huge_bytes([(base + 2 * mib, 4 * mib)], SMAPS) == 1 * mib + 2 * mib  # half of each
     assert smaps_huge_bytes([(base + 8 * mib, 4 * mib), (0x1000, 4096)], SMAPS) == 0
-    assert huge_page_bytes([(base, mib)], smaps=__import__("pathlib").Path("/nonexistent/smaps")) is None
+
+
+
+def test_smaps_is_read_only_where_the_kernel_gives_huge_pages_unasked(tmp_path):
+    """numabench madvises none of its buffers: under enabled madvise and shmem never (or advise)
+    none of them can be in huge pages, 0 without reading smaps; under enabled always or a shmem
+    mode that needs no advice, smaps says (None where it cannot be read)."""
+    from numabench.machine.hugepages import huge_page_bytes, unasked_huge_pages
+
+    thp, smaps = tmp_path / "thp", tmp_path / "smaps"
+    thp.mkdir()
+    smaps.write_text(SMAPS)
+    mib, base = 1 << 20, 0x7f0000000000
+
+    def setting(enabled: str, shmem: str) -> None:
+        (thp / "enabled").write_text(enabled)
+        (thp / "shmem_enabled").write_text(shmem)
+
+    setting("always [madvise] never", "always within_size [advise] never deny force")
+    assert not unasked_huge_pages(thp) and huge_page_bytes([(base, 4 * mib)], smaps, thp) == 0
+    assert huge_page_bytes([(base, 4 * mib)], tmp_path / "none", thp) == 0  # not read at all
+    for enabled, shmem in (("[always] madvise never", "[never]"), ("always [madvise] never", "[within_size] never"),
+                           ("never", "always [force]")):
+        setting(enabled, shmem)
+        assert unasked_huge_pages(thp), (enabled, shmem)
+        assert huge_page_bytes([(base, 4 * mib)], smaps, thp) == 2 * mib
+        assert huge_page_bytes([(base, 4 * mib)], tmp_path / "none", thp) is None
+    assert not unasked_huge_pages(tmp_path / "no-thp-here")
 
 
 def test_the_placement_report_keeps_the_huge_page_bytes_through_merge_and_json():

@@ -64,8 +64,26 @@ def smaps_huge_bytes(ranges: Sequence[tuple[int, int]], smaps_text: str) -> int:
     return int(round(total))
 
 
-def huge_page_bytes(ranges: Sequence[tuple[int, int]], smaps: Path = SMAPS) -> int | None:
-    """This process's bytes of ``ranges`` in transparent huge pages (None: no smaps to read)."""
+def unasked_huge_pages(root: Path = THP_DIR) -> bool:
+    """Whether this kernel may back memory nobody madvised with transparent huge pages: private
+    anonymous memory under ``enabled always``, shmem (numabench's own buffers) under ``shmem
+    always``, ``within_size`` or ``force``. numabench madvises none of its buffers."""
+    def mode(name: str) -> str | None:
+        try:
+            return selected((root / name).read_text())
+        except OSError:
+            return None
+
+    return mode("enabled") == "always" or mode("shmem_enabled") in ("always", "within_size", "force")
+
+
+def huge_page_bytes(ranges: Sequence[tuple[int, int]], smaps: Path = SMAPS, root: Path = THP_DIR) -> int | None:
+    """This process's bytes of ``ranges`` in transparent huge pages (None: no smaps to read). 0
+    without reading smaps where the kernel gives none unasked (``unasked_huge_pages``): smaps walks
+    every mapping's page tables, tens of milliseconds in a worker and more with a GPU's mappings,
+    and a worker counts its pages several times while it sets up."""
+    if not unasked_huge_pages(root):
+        return 0
     try:
         text = smaps.read_text()
     except OSError:
