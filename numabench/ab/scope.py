@@ -118,11 +118,18 @@ def _kernels_changed(paths: Sequence[str], kernels: Sequence[str],
     files (a header: every one of them); None where any is other code of the family's."""
     changed: set[str] = set()
     for path in paths:
-        parts = PurePosixPath(path).parts
-        if not parts or parts[0] != "csrc":
+        if PurePosixPath(path).parts[:1] != ("csrc",):
             return None
-        changed |= set(kernels) if path.endswith(HEADERS) else sources.get(PurePosixPath(*parts[1:]).as_posix(), set())
+        from_it = _csrc_kernels(path, sources)
+        changed |= set(kernels) if from_it is None else from_it
     return tuple(k for k in kernels if k in changed)
+
+
+def _csrc_kernels(path: str, sources: Mapping[str, set[str]]) -> set[str] | None:
+    """The kernels compiled from csrc/ file ``path`` (None: a header, compiled into every kernel)."""
+    if path.endswith(HEADERS):
+        return None
+    return sources.get(PurePosixPath(*PurePosixPath(path).parts[1:]).as_posix(), set())
 
 
 def _families_of(path: str, family_kernels: Mapping[str, Sequence[str]],
@@ -136,10 +143,8 @@ def _families_of(path: str, family_kernels: Mapping[str, Sequence[str]],
         if key in family_kernels:
             return [key]
     if parts and parts[0] == "csrc":
-        if path.endswith(HEADERS):
-            return sorted(k for k, ks in family_kernels.items() if ks)
-        kernels = sources.get(PurePosixPath(*parts[1:]).as_posix(), set())
-        return sorted(k for k, ks in family_kernels.items() if kernels & set(ks))
+        kernels = _csrc_kernels(path, sources)
+        return sorted(k for k, ks in family_kernels.items() if ks and (kernels is None or kernels & set(ks)))
     if any(path == s or (s.endswith("/") and path.startswith(s)) for s in SHARED):
         return None
     return []

@@ -8,8 +8,8 @@ spelling, default or help anywhere else.
 from __future__ import annotations
 
 import argparse
-import re
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence

@@ -18,21 +18,23 @@ def selected(text: str) -> str | None:
     return None
 
 
+def _mode(root: Path, name: str) -> str | None:
+    """The chosen value of mode file ``name`` under ``root`` (None: no such file, or none chosen)."""
+    try:
+        return selected((root / name).read_text())
+    except OSError:
+        return None
+
+
 def thp_setting(root: Path = THP_DIR) -> str | None:
     """"enabled MODE, defrag MODE, shmem MODE" as this kernel has them (None: no transparent huge
     pages here). The shmem mode is the one numabench's own host buffers follow: they are shared
     anonymous mappings (numabench.toolkit.hostmem), which the kernel backs with shmem."""
-    def mode(name: str) -> str | None:
-        try:
-            return selected((root / name).read_text())
-        except OSError:
-            return None
-
-    enabled = mode("enabled")
+    enabled = _mode(root, "enabled")
     if enabled is None:
         return None
-    return ", ".join(f"{label} {value}" for label, value in (("enabled", enabled), ("defrag", mode("defrag")),
-                                                              ("shmem", mode("shmem_enabled"))) if value)
+    return ", ".join(f"{label} {value}" for label, value in (("enabled", enabled), ("defrag", _mode(root, "defrag")),
+                                                              ("shmem", _mode(root, "shmem_enabled"))) if value)
 
 
 SMAPS = Path("/proc/self/smaps")
@@ -68,13 +70,7 @@ def unasked_huge_pages(root: Path = THP_DIR) -> bool:
     """Whether this kernel may back memory nobody madvised with transparent huge pages: private
     anonymous memory under ``enabled always``, shmem (numabench's own buffers) under ``shmem
     always``, ``within_size`` or ``force``. numabench madvises none of its buffers."""
-    def mode(name: str) -> str | None:
-        try:
-            return selected((root / name).read_text())
-        except OSError:
-            return None
-
-    return mode("enabled") == "always" or mode("shmem_enabled") in ("always", "within_size", "force")
+    return _mode(root, "enabled") == "always" or _mode(root, "shmem_enabled") in ("always", "within_size", "force")
 
 
 def huge_page_bytes(ranges: Sequence[tuple[int, int]], smaps: Path = SMAPS, root: Path = THP_DIR) -> int | None:

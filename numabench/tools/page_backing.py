@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import mmap
 import statistics
 import sys
@@ -74,6 +75,7 @@ class _Buffer:
             _libc().munmap(self.address, self.nbytes)
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
