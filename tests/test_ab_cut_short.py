@@ -118,7 +118,7 @@ def test_sigterm_to_the_gate_job_mid_pass_leaves_a_judged_marked_verdict(tmp_pat
 def test_a_time_out_around_the_gpu_script_still_packs_the_ab_it_stopped(tmp_path):
     """`timeout -s TERM N bash .ci/gpu` (the signal to the whole process group) while its A/B step's
     third pass runs: the A/B judges its two passes, and .ci/gpu waits for it, packs its session and
-    its noise split under $OUT, skips the steps after it and exits 128 + SIGTERM."""
+    its noise split (with where the CPUs' time went) under $OUT, skips the steps after it and exits 128 + SIGTERM."""
     out_dir = tmp_path / "out"
     env = {**os.environ, "OUT": str(out_dir), "NUMABENCH_GPU_TESTS": "0", "NUMABENCH_GPU_GATE_JOB": "0",
            "NUMABENCH_GPU_AB": "1", "NUMABENCH_GPU_AB_TIER": "smoke", "NUMABENCH_GPU_AB_K": "test_touch",
@@ -145,6 +145,8 @@ def test_a_time_out_around_the_gpu_script_still_packs_the_ab_it_stopped(tmp_path
     assert "ab job rc=" in out and "stopped by a signal" in out, out[-3000:]
     assert "cut short after 2 passes" in log.read_text()
     assert (out_dir / "ab-job.tar.gz").stat().st_size > 0
-    assert "entries with both sides' rounds" in (out_dir / "ab-noise.txt").read_text()
+    noise = (out_dir / "ab-noise.txt").read_text()
+    assert "entries with both sides' rounds" in noise
+    assert "CPU time during the A/B step" in noise and "steal per interval" in noise, noise[-2000:]
     assert not (out_dir / "cpu-adam-scaling.txt").exists()  # the step after it skipped
     assert worktrees() == before
