@@ -20,7 +20,7 @@
 // fp16 uses VCVTPS2PH (F16C / AVX-512F) with round-to-nearest-even.
 //
 // Threads: OpenMP (the libgomp that torch already loaded), static contiguous
-// chunks, chunk boundaries at multiples of kAlignElems elements, i.e. 64-byte
+// chunks (NUMABENCH_CPU_ADAM_SCHEDULE=dynamic: chunks taken in turn), chunk boundaries at multiples of kAlignElems elements, i.e. 64-byte
 // aligned in every tensor when the base pointers are (torch's CPU allocator
 // aligns to 64 bytes), so no two threads write the same cache line.
 
@@ -67,6 +67,7 @@ struct Ptrs {
 constexpr int kDefaultNtPolicy = 1;
 constexpr int64_t kAlignElems = 32;     // 64 B of 16-bit data, 128 B of fp32
 constexpr int64_t kMinPerThread = 1 << 14;  // don't wake threads for tiny work
+constexpr int64_t kMaxChunkElems = 1 << 16;  // the dynamic schedule's chunk: 256 KiB of fp32 a stream
 
 // ---------------------------------------------------------------- scalar --
 inline float to_f(float x) { return x; }
@@ -384,6 +385,18 @@ int nt_policy() {
   return std::atoi(env) & 3;
 }
 
+// Threads' shares of a step: static (default: one contiguous range a thread) or, with
+// NUMABENCH_CPU_ADAM_SCHEDULE=dynamic, chunks taken in turn by whichever thread is free, so a
+// thread the OS or a hypervisor holds back delays the step by a chunk, not by its whole range
+// (for experiments: docs/CPU_ADAM.md has what it measured).
+bool dynamic_schedule() {
+  const char* env = std::getenv("NUMABENCH_CPU_ADAM_SCHEDULE");
+  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "static") == 0) return false;
+  TORCH_CHECK(std::strcmp(env, "dynamic") == 0, "NUMABENCH_CPU_ADAM_SCHEDULE='", env,
+              "' is not a schedule; allowed: static, dynamic");
+  return true;
+}
+
 void check_tensor(const at::Tensor& t, const char* name, int64_t n) {
   TORCH_CHECK(t.device().is_cpu(), name, " must be on the CPU, got device ", t.device());
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
@@ -429,6 +442,7 @@ void adam_step(at::Tensor param, at::Tensor grad, at::Tensor exp_avg, at::Tensor
   Ptrs q{param.data_ptr(), grad.data_ptr(), exp_avg.data_ptr(), exp_avg_sq.data_ptr(),
          copy_out.has_value() ? copy_out->data_ptr() : nullptr};
   const int nt = nt_policy();
+  const bool dynamic = dynamic_schedule();  // a bad value refused whatever the threads
 
   int64_t threads = num_threads > 0 ? num_threads : at::get_num_threads();
   const int64_t by_size = (n + kMinPerThread - 1) / kMinPerThread;
@@ -438,6 +452,15 @@ void adam_step(at::Tensor param, at::Tensor grad, at::Tensor exp_avg, at::Tensor
   pybind11::gil_scoped_release no_gil;
   if (threads == 1) {
     fn(q, 0, n, h, nt);
+    return;
+  }
+  if (dynamic) {
+    // chunks of at most kMaxChunkElems, at least 8 a thread, each a multiple of kAlignElems
+    int64_t chunk = (n + 8 * threads - 1) / (8 * threads);
+    chunk = std::min(kMaxChunkElems, (chunk + kAlignElems - 1) / kAlignElems * kAlignElems);
+    const int64_t chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(static_cast<int>(threads)) schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; ++c) fn(q, c * chunk, std::min(n, (c + 1) * chunk), h, nt);
     return;
   }
   const int64_t blocks = (n + kAlignElems - 1) / kAlignElems;

@@ -271,3 +271,35 @@ def test_check_against_reference_reports_failure(ext, monkeypatch):
 def test_empty_tensors_are_a_no_op(ext):
     p, g, m, v = (torch.empty(0) for _ in range(4))
     cpu_adam.adam_step_(p, g, m, v, lr=1e-3, step=1)
+
+
+# ------------------------------------------------------ threads' schedule --
+@pytest.mark.parametrize("numel,threads", [((1 << 18) + 7, 2), (3 * (1 << 16) + 33, 3), ((1 << 20) + 1, 2)])
+@pytest.mark.parametrize("copy_out", [False, True])
+def test_the_dynamic_schedule_gives_the_static_ones_bits(ext, monkeypatch, numel, threads, copy_out):
+    """NUMABENCH_CPU_ADAM_SCHEDULE=dynamic only changes which thread updates which chunk: every
+    element's arithmetic is its own, so the result is the static schedule's to the bit (chunks of
+    at most 65536 elements, at least 8 a thread, the last one short)."""
+    gen = torch.Generator().manual_seed(7)
+    base = [torch.randn(numel, generator=gen), torch.randn(numel, generator=gen) * 1e-2,
+            torch.randn(numel, generator=gen) * 1e-2, torch.rand(numel, generator=gen) * 1e-4]
+    out = {}
+    for schedule in ("static", "dynamic"):
+        monkeypatch.setenv("NUMABENCH_CPU_ADAM_SCHEDULE", schedule)
+        p, g, m, v = (t.clone() for t in base)
+        copy = torch.empty(numel, dtype=torch.bfloat16) if copy_out else None
+        for step in (1, 2):
+            cpu_adam.adam_step_(p, g, m, v, lr=1e-3, weight_decay=0.01, step=step, param_copy_out=copy,
+                                num_threads=threads)
+        out[schedule] = (p, m, v, copy)
+    for a, b in zip(out["static"], out["dynamic"]):
+        if a is not None:
+            assert torch.equal(a, b)
+    assert not torch.equal(out["dynamic"][0], base[0])  # it did update
+
+
+def test_a_schedule_not_known_is_refused(ext, monkeypatch):
+    monkeypatch.setenv("NUMABENCH_CPU_ADAM_SCHEDULE", "guided")
+    t = [torch.zeros(1 << 10) for _ in range(4)]  # one thread: refused all the same
+    with pytest.raises(RuntimeError, match="'guided' is not a schedule; allowed: static, dynamic"):
+        cpu_adam.adam_step_(*t, lr=1e-3, step=1, num_threads=2)

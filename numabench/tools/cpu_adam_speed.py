@@ -29,6 +29,7 @@ import statistics
 import time
 from typing import Dict, List, Sequence
 
+SCHEDULE_ENV = "NUMABENCH_CPU_ADAM_SCHEDULE"  # csrc/cpu_adam.cpp: static (default) or dynamic
 BYTES_ADAM = 28
 BYTES_COPY_OUT_BF16 = 2
 BYTES_TRIAD = 12
@@ -76,10 +77,14 @@ def measure(numel: int = 1 << 24, threads: Sequence[int] = (1, 2), repeats: int 
 
     step = [1]
 
-    def ours(copy_out=None, nt=0):
+    def ours(copy_out=None, nt=0, schedule="static"):
         def fn():
-            cpu_adam.adam_step_(p, g, m, v, lr=lr, weight_decay=wd, step=step[0],
-                                param_copy_out=copy_out, num_threads=nt)
+            os.environ[SCHEDULE_ENV] = schedule  # read by the kernel at every call
+            try:
+                cpu_adam.adam_step_(p, g, m, v, lr=lr, weight_decay=wd, step=step[0],
+                                    param_copy_out=copy_out, num_threads=nt)
+            finally:
+                os.environ.pop(SCHEDULE_ENV, None)
             step[0] += 1
         return fn
 
@@ -100,6 +105,7 @@ def measure(numel: int = 1 << 24, threads: Sequence[int] = (1, 2), repeats: int 
                 ("adam_pattern 4 reads 3 writes (csrc/stream.cpp)", BYTES_ADAM,
                  lambda: stream.run("adam_pattern", a, b, c, d, threads=nt)),
                 ("ours adam_step_", BYTES_ADAM, ours(None, nt)),
+                ("ours, dynamic schedule", BYTES_ADAM, ours(None, nt, "dynamic")),
                 ("torch Adam fused=True", BYTES_ADAM, fused_opt.step),
                 ("torch Adam foreach=True", BYTES_ADAM, fe_opt.step),
                 ("ours + bf16 copy-out", BYTES_ADAM + BYTES_COPY_OUT_BF16, ours(copy_bf16, nt)),
@@ -117,8 +123,10 @@ def measure(numel: int = 1 << 24, threads: Sequence[int] = (1, 2), repeats: int 
                         times[name].append(dt)
             for name, bpe, _ in variants:
                 ms = statistics.median(times[name]) * 1e3
+                q1, _, q3 = statistics.quantiles(times[name], n=4)
                 rows.append(dict(variant=name, threads=nt, ms=ms, bytes_per_elem=bpe,
-                                 gbps=numel * bpe / (ms * 1e-3) / 1e9, numel=numel, simd=simd))
+                                 gbps=numel * bpe / (ms * 1e-3) / 1e9, numel=numel, simd=simd,
+                                 iqr_pct=(q3 - q1) * 1e3 / ms * 100))
     finally:
         torch.set_num_threads(old_threads)
     return rows
@@ -126,9 +134,9 @@ def measure(numel: int = 1 << 24, threads: Sequence[int] = (1, 2), repeats: int 
 
 def format_table(rows: List[Dict]) -> str:
     """Markdown table plus the ratios the goals are about, per thread count."""
-    out = ["| threads | variant | ms (median) | B/elem | GB/s |", "|---:|---|---:|---:|---:|"]
+    out = ["| threads | variant | ms (median) | IQR % of median | B/elem | GB/s |", "|---:|---|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['threads']} | {r['variant']} | {r['ms']:.2f} | {r['bytes_per_elem']} "
+        out.append(f"| {r['threads']} | {r['variant']} | {r['ms']:.2f} | {r['iqr_pct']:.1f} | {r['bytes_per_elem']} "
                    f"| {r['gbps']:.1f} |")
     out.append("")
     for nt in sorted({r["threads"] for r in rows}):
@@ -139,6 +147,7 @@ def format_table(rows: List[Dict]) -> str:
             f"threads={nt}: ours vs torch fused = "
             f"{by['torch Adam fused=True']['ms'] / ours['ms']:.2f}x (speed-up); "
             f"ours = {ours['gbps'] / ceiling * 100:.0f}% of the best bandwidth row ({ceiling:.1f} GB/s); "
+            f"dynamic schedule vs static = {by['ours, dynamic schedule']['ms'] / ours['ms']:.3f}x the time; "
             f"ours+bf16 copy vs torch fused+copy_ = "
             f"{by['torch fused + copy_ to bf16']['ms'] / by['ours + bf16 copy-out']['ms']:.2f}x")
     return "\n".join(out)
