@@ -20,9 +20,10 @@
 // fp16 uses VCVTPS2PH (F16C / AVX-512F) with round-to-nearest-even.
 //
 // Threads: OpenMP (the libgomp that torch already loaded), static contiguous
-// chunks (NUMABENCH_CPU_ADAM_SCHEDULE=dynamic: chunks taken in turn), chunk boundaries at multiples of kAlignElems elements, i.e. 64-byte
-// aligned in every tensor when the base pointers are (torch's CPU allocator
-// aligns to 64 bytes), so no two threads write the same cache line.
+// chunks (NUMABENCH_CPU_ADAM_SCHEDULE=dynamic: chunks taken in turn), chunk
+// boundaries at multiples of kAlignElems elements, i.e. 64-byte aligned in
+// every tensor when the base pointers are (torch's CPU allocator aligns to 64
+// bytes), so no two threads write the same cache line.
 
 #include <torch/extension.h>
 

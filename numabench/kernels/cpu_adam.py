@@ -73,6 +73,7 @@ def load() -> ModuleType:
 
 
 SIMD_ENV = "NUMABENCH_CPU_ADAM_SIMD"  # read by csrc/cpu_adam.cpp at every call
+SCHEDULE_ENV = "NUMABENCH_CPU_ADAM_SCHEDULE"  # likewise: the threads' schedule, static (default) or dynamic
 
 
 def force_simd(level: str | None) -> None:

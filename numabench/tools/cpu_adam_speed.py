@@ -29,7 +29,6 @@ import statistics
 import time
 from typing import Dict, List, Sequence
 
-SCHEDULE_ENV = "NUMABENCH_CPU_ADAM_SCHEDULE"  # csrc/cpu_adam.cpp: static (default) or dynamic
 BYTES_ADAM = 28
 BYTES_COPY_OUT_BF16 = 2
 BYTES_TRIAD = 12
@@ -79,12 +78,9 @@ def measure(numel: int = 1 << 24, threads: Sequence[int] = (1, 2), repeats: int 
 
     def ours(copy_out=None, nt=0, schedule="static"):
         def fn():
-            os.environ[SCHEDULE_ENV] = schedule  # read by the kernel at every call
-            try:
-                cpu_adam.adam_step_(p, g, m, v, lr=lr, weight_decay=wd, step=step[0],
-                                    param_copy_out=copy_out, num_threads=nt)
-            finally:
-                os.environ.pop(SCHEDULE_ENV, None)
+            os.environ[cpu_adam.SCHEDULE_ENV] = schedule  # read by the kernel at every call
+            cpu_adam.adam_step_(p, g, m, v, lr=lr, weight_decay=wd, step=step[0],
+                                param_copy_out=copy_out, num_threads=nt)
             step[0] += 1
         return fn
 
@@ -94,6 +90,7 @@ def measure(numel: int = 1 << 24, threads: Sequence[int] = (1, 2), repeats: int 
 
     rows = []
     old_threads = torch.get_num_threads()
+    old_schedule = os.environ.get(cpu_adam.SCHEDULE_ENV)
     try:
         for nt in threads:
             torch.set_num_threads(nt)
@@ -129,6 +126,10 @@ def measure(numel: int = 1 << 24, threads: Sequence[int] = (1, 2), repeats: int 
                                  iqr_pct=(q3 - q1) * 1e3 / ms * 100))
     finally:
         torch.set_num_threads(old_threads)
+        if old_schedule is None:
+            os.environ.pop(cpu_adam.SCHEDULE_ENV, None)
+        else:
+            os.environ[cpu_adam.SCHEDULE_ENV] = old_schedule
     return rows
 
 
