@@ -1,5 +1,5 @@
 """The real code changes the gate is tried with (.ci/changes/NAME.patch, which `.ci/gpu` applies as
-the head of an A/B with NUMABENCH_GPU_AB_CHANGE=NAME on a lent machine's history-less copy): each
+the head of an A/B with NUMABENCH_GPU_AB_CHANGE=NAME, in a scratch repository of the tree: .ci/ab-repo): each
 still applies to the tree as it is, changes one family's own kernel source only, and puts that
 family at its ci sizes under the pull-request job's default scope (numabench ab --scope diff)."""
 from __future__ import annotations
