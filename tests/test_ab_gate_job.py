@@ -90,9 +90,14 @@ def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     assert data["selection"][:2] == ["benchmarks", "--numa-tier=smoke"]
     assert {"--numa-rounds=5", "--param-sizes=4M", "test_touch"} <= set(data["selection"])
     [entry] = data["entries"]
-    assert len(entry["base_medians_s"]) == len(entry["head_medians_s"]) == 2
+    # an A/A whose 2 pairs happen to judge the entry changed takes as many confirming pairs (the
+    # default --confirm-pairs is --pairs): 2 or 4 pairs, as the run itself records
+    confirming = entry["confirmation_pairs"]
+    assert confirming in (0, 2) and data["confirm_pairs"] == 2, entry
+    taken = 2 + confirming
+    assert len(entry["base_medians_s"]) == len(entry["head_medians_s"]) == taken
     # where each side's worker ran, pair by pair, in the verdicts and in the kept session
-    assert [len(entry["base_cpus"]), len(entry["head_cpus"])] == [2, 2], entry
+    assert [len(entry["base_cpus"]), len(entry["head_cpus"])] == [taken, taken], entry
     session = json.loads((results / "session.json").read_text())
     [kept] = session["benchmarks"]
     assert kept["extra_info"]["invocation_cpus"] == entry["head_cpus"]
@@ -117,6 +122,7 @@ def test_the_ab_step_end_to_end_exit_code_as_its_verdicts(tmp_path):
     assert "numabench A/B: " in log and "[ab] 2 pairs, rounds alternating between base and head" in log
     assert data["interleave"] == "rounds"  # the default: both sides' workers in one session a pass
     assert data["passes"] is True and "[ab] pass 2/2: one pair of every worker run" in log
+    assert ("confirming pair of the worker runs of 1 entries judged changed" in log) == bool(confirming), log
     page = (results / "site" / "ab-verdicts.html").read_text()  # the A/B run's page, for the job's artifact
     assert entry["name"] in page and 'id="what-changed"' in page
     assert worktrees() == before  # both checkouts removed
