@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHANGES = sorted((ROOT / ".ci" / "changes").glob("*.patch"))
 # each change, the families whose ci slice the pull-request job runs for it
 FAMILIES = {"cpu-adam-one-thread-fewer": {"cpu_adam"}, "cpu-adam-two-threads-fewer": {"cpu_adam"},
-            "cuda-adam-half-grid": {"adam_offload", "train_step"}}
+            "cpu-adam-dynamic-schedule": {"cpu_adam"}, "cuda-adam-half-grid": {"adam_offload", "train_step"}}
 
 
 def test_every_change_is_listed_here():
