@@ -64,6 +64,9 @@ BASELINE_RUNS, BASELINE_INVOCATIONS = 3, 2
 # (an idle VM: ~0.01 cores; one busy neighbour: 1.0)
 NEIGHBOUR_LIMIT_CORES = 0.1
 HUGE = "100"  # an injected slowdown no noise reaches (NUMABENCH_INJECT_SLOWDOWN's largest)
+# far beyond any band (a band is the baseline's spread, a few tens of % on a loaded runner) at a
+# fifth of HUGE's padding: what a machine that moved looks like, without minutes of sleeping
+MOVED = "20"
 
 
 def run_suite(storage: Path, *args: str, slowdown: str | None = None,
@@ -285,12 +288,12 @@ def test_real_slowdown_is_caught_by_every_gated_entry(saved, tmp_path):
 
 
 def test_a_machine_that_moved_is_told_from_a_verdict_that_erred(saved, tmp_path):
-    """What the two tests above do after a wrong verdict: a fresh run measuring the entries 100x
+    """What the two tests above do after a wrong verdict: a fresh run measuring the entries 20x
     slower than the baseline's band (as a machine that moved would) skips naming the figures, and
     never for the wrong direction; a fresh value inside the band, or beyond it by less than half
     the threshold, does not skip (the caller then fails)."""
     records = {n: {"entry_threshold_pct": 30.0} for n in entry_names(saved.base)}
-    moved = remeasure(saved, tmp_path, records, sorted(records), slowdown=HUGE)
+    moved = remeasure(saved, tmp_path, records, sorted(records), slowdown=MOVED)
     assert len(moved) == ENTRIES and all(r.above_pct > 1000 for r in moved), moved
     with pytest.raises(pytest.skip.Exception, match="the machine moved since the baseline") as skipped:
         skip_if_the_machine_moved("a wrong verdict", moved, "above")
