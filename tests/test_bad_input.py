@@ -342,3 +342,32 @@ def test_an_empty_storage_folder_made_by_the_session_is_removed_at_its_end(tmp_p
     (saved / "Linux-CPython-3.11-64bit" / "0001_x.json").write_text("{}")
     unconfigure(saved)
     assert (saved / "Linux-CPython-3.11-64bit" / "0001_x.json").exists()
+
+
+def test_two_sessions_removing_the_same_empty_storage_folder_do_not_fail(tmp_path, monkeypatch):
+    """xdist workers of one checkout run benchmarks at once and share baselines/<key>/: the
+    session whose walk finds a folder gone (the other removed it) carries on and fails nothing."""
+    from fixtures import machine
+
+    folder = tmp_path / "key"
+    (folder / "Linux-CPython-3.11-64bit" / "deeper").mkdir(parents=True)
+    real_rmdir = os.rmdir
+    removed_by_the_other = []
+
+    def rmdir_after_the_other_session(path, *args, **kwargs):
+        if not removed_by_the_other:  # the other session empties the whole tree first
+            removed_by_the_other.append(path)
+            shutil.rmtree(folder)
+        return real_rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(machine.os, "rmdir", rmdir_after_the_other_session)
+    machine.remove_empty_tree(folder)
+    assert removed_by_the_other and not folder.exists()
+
+    # a folder another session saved into while this one walked is kept, with its file
+    (folder / "Linux-CPython-3.11-64bit").mkdir(parents=True)
+    saved = folder / "Linux-CPython-3.11-64bit" / "0001_x.json"
+    saved.write_text("{}")
+    monkeypatch.setattr(machine.os, "rmdir", real_rmdir)
+    machine.remove_empty_tree(folder)
+    assert saved.exists()
