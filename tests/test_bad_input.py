@@ -259,10 +259,12 @@ def test_non_utf8_run_file_is_one_line(tmp_path, capsys):
 def test_report_out_an_existing_file_is_one_line(tmp_path, capsys):
     run = ROOT / "tests" / "data" / "seed"
     src = next(run.glob("*.json"), None) if run.is_dir() else None
-    runs = sorted((ROOT / "baselines").rglob("0*.json"))
+    if src is None:  # run_files: other sessions' storage folders may come and go meanwhile
+        from numabench.results.storage import run_files
+        src = run_files(ROOT / "baselines")[0]
     target = tmp_path / "report.md"
     target.write_text("keep me")
-    rc, err = _cli(["report", str(src or runs[0]), "--out", str(target)], capsys)
+    rc, err = _cli(["report", str(src), "--out", str(target)], capsys)
     assert rc == 2 and err.count("\n") == 1 and f"--out {target} is a file: allowed a directory" in err, err
     assert target.read_text() == "keep me"
 

@@ -4,6 +4,8 @@ history, fleet push and the progress estimate all read through it."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import types
 from pathlib import Path
@@ -114,6 +116,34 @@ def test_run_files_in_path_order_saved_runs_only(tmp_path):
     assert storage.run_files(root, platform_folders=True) == []
     assert storage.run_files(tmp_path / "absent") == []
     assert storage.keys_with_baselines(root) == ["K", "L"]
+
+
+def test_a_storage_folder_another_session_removes_mid_listing_holds_no_runs(tmp_path, monkeypatch):
+    """pytest sessions of one checkout (xdist workers running benchmarks) make and remove empty
+    baselines/<key>/ folders while others list baselines/: a folder gone between its parent's
+    listing and its own holds nothing, and listing goes on (Path.glob raised FileNotFoundError)."""
+    root = tmp_path / "baselines"
+    write(root / "K/A-platform/0001_a.json", a_run())
+    real = {"listdir": os.listdir, "scandir": os.scandir}
+    doomed: list[Path] = []
+
+    def lister(name):
+        def list_after_the_other_session(path="."):
+            # the other session removes the folder once its parent has been listed, before its own listing
+            if doomed and not isinstance(path, int) and Path(path) == doomed[0]:
+                shutil.rmtree(doomed.pop())
+            return real[name](path)
+        return list_after_the_other_session
+
+    for name in real:
+        monkeypatch.setattr(os, name, lister(name))
+    for listed, gone in ((storage.keys_with_baselines, "nogpu"), (storage.run_files, "nogpu/A-platform")):
+        (root / "nogpu" / "A-platform" / "deeper").mkdir(parents=True)  # empty: what a running session made
+        doomed.append(root / gone)
+        found = listed(root)
+        assert not doomed and not (root / gone).exists()  # it was removed mid-listing
+        assert found == (["K"] if listed is storage.keys_with_baselines else [root / "K/A-platform/0001_a.json"])
+        shutil.rmtree(root / "nogpu", ignore_errors=True)
 
 
 def test_newest_run_is_the_highest_number_that_can_be_read(tmp_path):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import json
 import os
 import re
@@ -197,11 +198,28 @@ def run_from_text(text: str, name: str | Path, *, baseline_for: str | None = Non
 def run_files(root: str | Path, *, platform_folders: bool = False) -> list[Path]:
     """The saved runs (NNNN_name.json) under ``root`` at any depth, in path order (per folder:
     run number order); ``platform_folders``: only those one folder down, where a storage
-    (baselines/<key>/) keeps them (<platform>/NNNN_name.json). A missing ``root`` has none."""
+    (baselines/<key>/) keeps them (<platform>/NNNN_name.json). A missing ``root`` has none.
+
+    Another pytest session of the checkout may make or remove an empty storage folder while
+    this one lists (fixtures/machine.py): a folder gone mid-listing holds none (Path.glob
+    raises FileNotFoundError there)."""
     root = Path(root)
-    if not root.is_dir():
-        return []
-    return sorted(root.glob(("*/" if platform_folders else "**/") + RUN_FILE_GLOB))
+    if platform_folders:
+        return sorted(run for folder in _listing(root) if folder.is_dir() for run in _runs_in(folder))
+    # os.walk passes over a folder that vanished, and follows no link to a folder (as Path.glob's **)
+    return sorted(Path(here) / n for here, _dirs, files in os.walk(root) for n in files
+                  if fnmatch.fnmatchcase(n, RUN_FILE_GLOB))
+
+
+def _listing(folder: Path) -> list[Path]:
+    try:
+        return [folder / n for n in os.listdir(folder)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # missing, or removed since its parent was listed
+
+
+def _runs_in(folder: Path) -> list[Path]:
+    return [p for p in _listing(folder) if fnmatch.fnmatchcase(p.name, RUN_FILE_GLOB)]
 
 
 def newest_run(root: str | Path) -> tuple[dict[str, Any], Path] | None:
@@ -220,7 +238,7 @@ def keys_with_baselines(root: Path) -> list[str]:
     """Hardware keys under ``root`` (baselines/) that hold at least one saved run."""
     if not root.is_dir():
         return []
-    return sorted(d.name for d in root.iterdir() if d.is_dir() and run_files(d, platform_folders=True))
+    return sorted(d.name for d in _listing(root) if d.is_dir() and run_files(d, platform_folders=True))
 
 
 SAVE_HINT = "save one here with --benchmark-save=NAME --benchmark-save-data --numa-repeats=3"
