@@ -25,6 +25,7 @@ from numabench.machine.topology import discover
 from numabench.machine.weights_sysfs import read_weights
 from numabench.numa.policy import Policy
 from numabench.numa.weights import WeightSetting
+from numabench.results.storage import run_files
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINES = ROOT / "tests" / "data" / "machines"
@@ -260,7 +261,6 @@ def test_report_out_an_existing_file_is_one_line(tmp_path, capsys):
     run = ROOT / "tests" / "data" / "seed"
     src = next(run.glob("*.json"), None) if run.is_dir() else None
     if src is None:  # run_files: other sessions' storage folders may come and go meanwhile
-        from numabench.results.storage import run_files
         src = run_files(ROOT / "baselines")[0]
     target = tmp_path / "report.md"
     target.write_text("keep me")

@@ -236,8 +236,6 @@ def newest_run(root: str | Path) -> tuple[dict[str, Any], Path] | None:
 
 def keys_with_baselines(root: Path) -> list[str]:
     """Hardware keys under ``root`` (baselines/) that hold at least one saved run."""
-    if not root.is_dir():
-        return []
     return sorted(d.name for d in _listing(root) if d.is_dir() and run_files(d, platform_folders=True))
 
 
